@@ -1,0 +1,8 @@
+//! imagemap: "use image Y wherever image X is asked for" on Kubernetes.
+//!
+//! The library holds all logic; the `imagemap` binary is a thin command line over it.
+
+pub mod api;
+pub mod crds;
+pub mod reference;
+pub mod rules;

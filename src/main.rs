@@ -1,0 +1,3 @@
+fn main() {
+    print!("{}", imagemap::crds::all_yaml().unwrap_or_default());
+}

@@ -1,0 +1,564 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use proptest::prelude::*;
+
+use super::*;
+use crate::api::RuleMatch;
+
+fn rule(kind: &str, pattern: &str, to: Option<&str>) -> MappingRule {
+    let mut m = RuleMatch::default();
+    let v = Some(pattern.to_string());
+    match kind {
+        "exact" => m.exact = v,
+        "repository" => m.repository = v,
+        "prefix" => m.prefix = v,
+        _ => m.regex = v,
+    }
+    MappingRule {
+        match_: m,
+        to: to.map(Into::into),
+        tag: None,
+        digest: None,
+    }
+}
+
+fn ns_mapping(ns: &str, name: &str, priority: i32, rules: Vec<MappingRule>) -> MappingInput {
+    MappingInput {
+        scope: Scope::Namespaced,
+        namespace: Some(ns.into()),
+        name: name.into(),
+        priority,
+        selector: None,
+        namespace_selector: None,
+        dry_run: false,
+        rules,
+    }
+}
+
+fn cluster_mapping(name: &str, priority: i32, rules: Vec<MappingRule>) -> MappingInput {
+    MappingInput {
+        scope: Scope::Cluster,
+        namespace: None,
+        ..ns_mapping("", name, priority, rules)
+    }
+}
+
+struct World {
+    set: RuleSet,
+}
+
+impl World {
+    fn new(inputs: Vec<MappingInput>) -> World {
+        World {
+            set: RuleSet::compile(&inputs, &CompileOptions::default()),
+        }
+    }
+
+    fn resolve_in(
+        &self,
+        ns: &str,
+        labels: &BTreeMap<String, String>,
+        image: &str,
+    ) -> (String, Option<String>, usize) {
+        let ns_labels: BTreeMap<String, String> =
+            [("kubernetes.io/metadata.name".to_string(), ns.to_string())].into();
+        let who = Requester {
+            namespace: ns,
+            labels,
+            namespace_labels: &ns_labels,
+        };
+        let r = Reference::parse_normalized(image).unwrap();
+        let res = self.set.resolve(&r, &who, Mode::Live);
+        assert_eq!(
+            res,
+            self.set.resolve_linear(&r, &who, Mode::Live),
+            "index and scan differ for {image}"
+        );
+        let out = match &res.resolved {
+            Ok(r) => r.to_string(),
+            Err(e) => format!("ERR {e}"),
+        };
+        let source = res.rule.map(|id| {
+            let s = self.set.source(id);
+            format!("{}/{}#{}", s.kind, s.name, s.rule)
+        });
+        (out, source, res.conflicts.len())
+    }
+
+    fn resolve(&self, image: &str) -> (String, Option<String>, usize) {
+        self.resolve_in("dev", &BTreeMap::new(), image)
+    }
+}
+
+#[test]
+fn no_rule_resolves_to_the_normalized_reference() {
+    let w = World::new(vec![]);
+    assert_eq!(
+        w.resolve("nginx"),
+        ("docker.io/library/nginx".into(), None, 0)
+    );
+}
+
+#[test]
+fn precedence_kind_then_prefix_length() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("regex", ".*", Some("r.io/regex")),
+            rule("prefix", "docker.io", Some("p.io")),
+            rule("prefix", "docker.io/neondatabase", Some("p2.io/neon")),
+            rule("repository", "neondatabase/vm", Some("repo.io/vm")),
+            rule("exact", "neondatabase/vm:1", Some("exact.io/vm:1")),
+        ],
+    )]);
+    assert_eq!(w.resolve("neondatabase/vm:1").0, "exact.io/vm:1");
+    assert_eq!(w.resolve("neondatabase/vm:2").0, "repo.io/vm:2");
+    assert_eq!(w.resolve("neondatabase/other:2").0, "p2.io/neon/other:2");
+    assert_eq!(w.resolve("nginx").0, "p.io/library/nginx");
+    assert_eq!(w.resolve("ghcr.io/x").0, "r.io/regex");
+}
+
+#[test]
+fn priority_beats_kind_and_namespaced_beats_cluster() {
+    let w = World::new(vec![
+        ns_mapping(
+            "dev",
+            "low",
+            0,
+            vec![rule("exact", "nginx", Some("low.io/nginx"))],
+        ),
+        ns_mapping(
+            "dev",
+            "high",
+            5,
+            vec![rule("regex", ".*nginx.*", Some("high.io/nginx"))],
+        ),
+        cluster_mapping(
+            "c",
+            0,
+            vec![rule("exact", "busybox", Some("cluster.io/busybox"))],
+        ),
+        ns_mapping(
+            "dev",
+            "nsbox",
+            0,
+            vec![rule("regex", ".*busybox.*", Some("ns.io/busybox"))],
+        ),
+    ]);
+    assert_eq!(w.resolve("nginx").0, "high.io/nginx");
+    // Same priority: namespaced regex outranks cluster exact.
+    assert_eq!(w.resolve("busybox").0, "ns.io/busybox");
+    // Another namespace only sees the cluster mapping.
+    assert_eq!(
+        w.resolve_in("prod", &BTreeMap::new(), "busybox").0,
+        "cluster.io/busybox"
+    );
+    assert_eq!(
+        w.resolve_in("prod", &BTreeMap::new(), "nginx").0,
+        "docker.io/library/nginx"
+    );
+}
+
+#[test]
+fn prefix_boundaries() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("prefix", "docker.io/neon", Some("a.io")),
+            rule("prefix", "example.com", Some("b.io")),
+            rule("prefix", "docker.io/library/busybox:1", Some("c.io/bb:one")),
+        ],
+    )]);
+    assert_eq!(w.resolve("neondatabase/x").1, None);
+    assert_eq!(w.resolve("neon/x").0, "a.io/x");
+    assert_eq!(w.resolve("example.com:5000/x").1, None);
+    assert_eq!(w.resolve("example.com/x").0, "b.io/x");
+    assert_eq!(w.resolve("busybox:1").0, "c.io/bb:one");
+    assert_eq!(w.resolve("busybox:1.36").1, None);
+    let d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    assert_eq!(
+        w.resolve(&format!("busybox:1@{d}")).0,
+        format!("c.io/bb:one@{d}")
+    );
+}
+
+#[test]
+fn wildcards_match_subdomains_only_and_keep_the_port() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("prefix", "*.example.com", Some("mirror.local")),
+            rule("prefix", "b.example.com/team", Some("team.io")),
+        ],
+    )]);
+    assert_eq!(
+        w.resolve("a.example.com:5000/x:1").0,
+        "mirror.local:5000/x:1"
+    );
+    assert_eq!(w.resolve("a.b.example.com/x").0, "mirror.local/x");
+    assert_eq!(w.resolve("example.com/x").1, None);
+    assert_eq!(w.resolve("badexample.com/x").1, None);
+    // A longer literal prefix beats the wildcard.
+    assert_eq!(w.resolve("b.example.com/team/x").0, "team.io/x");
+}
+
+#[test]
+fn exception_outranks_less_specific_rules() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("prefix", "docker.io", Some("mirror.io")),
+            rule("repository", "library/postgres", None),
+        ],
+    )]);
+    let (out, source, _) = w.resolve("postgres:17");
+    assert_eq!(out, "docker.io/library/postgres:17");
+    assert_eq!(source.as_deref(), Some("ImageMapping/m#1"));
+    assert_eq!(w.resolve("nginx").0, "mirror.io/library/nginx");
+}
+
+#[test]
+fn single_pass_makes_cycles_harmless() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("repository", "a/x", Some("b/x")),
+            rule("repository", "b/x", Some("a/x")),
+        ],
+    )]);
+    assert_eq!(w.resolve("a/x:1").0, "docker.io/b/x:1");
+    assert_eq!(w.resolve("b/x:1").0, "docker.io/a/x:1");
+}
+
+#[test]
+fn ties_with_different_results_conflict_and_the_winner_is_deterministic() {
+    let w = World::new(vec![
+        ns_mapping(
+            "dev",
+            "zeta",
+            0,
+            vec![rule("repository", "app", Some("z.io/app"))],
+        ),
+        ns_mapping(
+            "dev",
+            "alpha",
+            0,
+            vec![rule("repository", "app", Some("a.io/app"))],
+        ),
+        ns_mapping(
+            "dev",
+            "same",
+            0,
+            vec![rule("repository", "tool", Some("t.io/tool"))],
+        ),
+        ns_mapping(
+            "dev",
+            "same2",
+            0,
+            vec![rule("repository", "tool", Some("t.io/tool"))],
+        ),
+        ns_mapping(
+            "dev",
+            "regexes",
+            0,
+            vec![
+                rule("regex", "docker.io/library/r(.*)", Some("x.io/r$1")),
+                rule("regex", ".*/re(.*)", Some("y.io/re$1")),
+            ],
+        ),
+    ]);
+    assert_eq!(
+        w.resolve("app:1"),
+        ("a.io/app:1".into(), Some("ImageMapping/alpha#0".into()), 1)
+    );
+    // Identical results are no conflict.
+    assert_eq!(w.resolve("tool").2, 0);
+    // Dynamic conflict between two regexes.
+    assert_eq!(
+        w.resolve("redis"),
+        (
+            "docker.io/x.io/redis".replace("docker.io/", ""),
+            Some("ImageMapping/regexes#0".into()),
+            1
+        )
+    );
+    let reasons: Vec<_> = w
+        .set
+        .problems()
+        .iter()
+        .map(|p| (p.mapping.name.as_str(), p.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("alpha", ProblemReason::Conflict),
+            ("zeta", ProblemReason::Conflict)
+        ]
+    );
+}
+
+#[test]
+fn regex_captures_and_anchoring() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule(
+                "regex",
+                r"ghcr\.io/acme/(?P<name>[^:]+):(.*)",
+                Some("mirror.local/acme/${name}:v$2"),
+            ),
+            rule("regex", "acme", Some("never.io/x")),
+        ],
+    )]);
+    assert_eq!(
+        w.resolve("ghcr.io/acme/tool:1.0").0,
+        "mirror.local/acme/tool:v1.0"
+    );
+    // Implicitly anchored: `acme` does not match inside a longer reference.
+    assert_eq!(w.resolve("ghcr.io/acme/tool").1, None);
+}
+
+#[test]
+fn invalid_rewrite_is_an_error_for_that_image() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![rule(
+            "regex",
+            "docker.io/library/(.*)",
+            Some("mirror.io/UPPER/$1"),
+        )],
+    )]);
+    let (out, source, _) = w.resolve("nginx");
+    assert!(
+        out.starts_with("ERR rewrite produced \"mirror.io/UPPER/nginx\""),
+        "{out}"
+    );
+    assert_eq!(source.as_deref(), Some("ImageMapping/m#0"));
+}
+
+#[test]
+fn invalid_rules_are_reported_and_the_rest_still_apply() {
+    let w = World::new(vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("regex", "(", Some("x")),
+            rule("exact", "nginx", Some("ok.io/nginx")),
+        ],
+    )]);
+    assert_eq!(w.resolve("nginx").0, "ok.io/nginx");
+    let p = &w.set.problems()[0];
+    assert_eq!((p.rule, p.reason), (0, ProblemReason::InvalidRule));
+    assert!(p.message.contains("not a valid RE2"), "{}", p.message);
+}
+
+#[test]
+fn selectors_pick_vms_and_namespaces() {
+    let mut by_label = ns_mapping(
+        "dev",
+        "labelled",
+        0,
+        vec![rule("repository", "app", Some("l.io/app"))],
+    );
+    by_label.selector = Some(LabelSelector {
+        match_labels: Some([("tier".to_string(), "db".to_string())].into()),
+        ..Default::default()
+    });
+    let mut by_ns = cluster_mapping("c", 0, vec![rule("repository", "app", Some("c.io/app"))]);
+    by_ns.namespace_selector = Some(LabelSelector {
+        match_labels: Some(
+            [(
+                "kubernetes.io/metadata.name".to_string(),
+                "prod".to_string(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    });
+    let w = World::new(vec![by_label, by_ns]);
+    let db: BTreeMap<String, String> = [("tier".to_string(), "db".to_string())].into();
+    assert_eq!(w.resolve_in("dev", &db, "app").0, "l.io/app");
+    assert_eq!(w.resolve_in("dev", &BTreeMap::new(), "app").1, None);
+    assert_eq!(w.resolve_in("prod", &BTreeMap::new(), "app").0, "c.io/app");
+}
+
+#[test]
+fn dry_run_mappings_only_apply_in_preview() {
+    let mut m = ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![rule("repository", "app", Some("d.io/app"))],
+    );
+    m.dry_run = true;
+    let set = RuleSet::compile(&[m], &CompileOptions::default());
+    let r = Reference::parse_normalized("app").unwrap();
+    let none = BTreeMap::new();
+    let who = Requester {
+        namespace: "dev",
+        labels: &none,
+        namespace_labels: &none,
+    };
+    assert_eq!(set.resolve(&r, &who, Mode::Live).rule, None);
+    assert_eq!(
+        set.resolve(&r, &who, Mode::Preview)
+            .resolved
+            .unwrap()
+            .to_string(),
+        "d.io/app"
+    );
+}
+
+#[test]
+fn allowed_registries_refuse_other_targets() {
+    let inputs = vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("repository", "a", Some("evil.io/a")),
+            rule("repository", "b", Some("ok.io/b")),
+            rule("regex", "docker.io/library/c", Some("evil.io/c")),
+            rule("repository", "d", Some("x.mirror.io/d")),
+        ],
+    )];
+    let options = CompileOptions {
+        allowed_registries: Some(vec!["ok.io".into(), "*.mirror.io".into()]),
+    };
+    let set = RuleSet::compile(&inputs, &options);
+    assert_eq!(set.problems()[0].reason, ProblemReason::DisallowedTarget);
+    let none = BTreeMap::new();
+    let who = Requester {
+        namespace: "dev",
+        labels: &none,
+        namespace_labels: &none,
+    };
+    let resolve = |s: &str| {
+        set.resolve(&Reference::parse_normalized(s).unwrap(), &who, Mode::Live)
+            .resolved
+    };
+    assert_eq!(resolve("a").unwrap().to_string(), "docker.io/library/a");
+    assert_eq!(resolve("b").unwrap().to_string(), "ok.io/b");
+    assert!(
+        resolve("c")
+            .unwrap_err()
+            .contains("not in the operator's allowed registries")
+    );
+    assert_eq!(resolve("d").unwrap().to_string(), "x.mirror.io/d");
+}
+
+// ---- property tests: the index equals the linear scan; resolution never panics and
+// yields a valid reference or an error.
+
+fn image_strategy() -> impl Strategy<Value = String> {
+    let host = prop::sample::select(vec![
+        "",
+        "docker.io/",
+        "ghcr.io/",
+        "a.example.com/",
+        "b.example.com:5000/",
+        "localhost:5000/",
+    ]);
+    let path = prop::sample::select(vec![
+        "nginx",
+        "library/nginx",
+        "neon/vm",
+        "neon/vm/x",
+        "acme/tool",
+        "busybox",
+    ]);
+    let tag = prop::sample::select(vec!["", ":1", ":latest", ":1.36", ":v2.0"]);
+    (host, path, tag).prop_map(|(h, p, t)| format!("{h}{p}{t}"))
+}
+
+fn rule_strategy() -> impl Strategy<Value = MappingRule> {
+    let kind = prop::sample::select(vec!["exact", "repository", "prefix", "regex"]);
+    let pattern = prop::sample::select(vec![
+        "nginx",
+        "neon/vm",
+        "docker.io",
+        "docker.io/neon",
+        "ghcr.io",
+        "*.example.com",
+        "localhost:5000",
+        "docker.io/library",
+        ".*",
+        "(.*)/(.*)",
+        "ghcr\\.io/(.*)",
+        "busybox:1.36",
+        "[",
+    ]);
+    let to = prop::sample::select(vec![
+        None,
+        Some("mirror.io"),
+        Some("mirror.io/x"),
+        Some("$1/y"),
+        Some("m.io:5000"),
+        Some("Bad/"),
+        Some("x:1"),
+    ]);
+    let tag = prop::sample::select(vec![None, Some("t1")]);
+    (kind, pattern, to, tag).prop_map(|(k, p, to, tag)| {
+        let mut r = rule(k, p, to);
+        r.tag = tag.map(Into::into);
+        r
+    })
+}
+
+proptest! {
+    #[test]
+    fn index_equals_scan_and_never_panics(
+        rules in prop::collection::vec((rule_strategy(), 0..2i32, any::<bool>(), 0..3usize), 0..24),
+        images in prop::collection::vec(image_strategy(), 1..8),
+    ) {
+        let inputs: Vec<MappingInput> = rules
+            .into_iter()
+            .enumerate()
+            .map(|(i, (r, prio, cluster, name))| {
+                let name = format!("m{name}-{}", i % 3);
+                if cluster { cluster_mapping(&name, prio, vec![r]) } else { ns_mapping("dev", &name, prio, vec![r]) }
+            })
+            .collect();
+        let set = RuleSet::compile(&inputs, &CompileOptions::default());
+        let none = BTreeMap::new();
+        let who = Requester { namespace: "dev", labels: &none, namespace_labels: &none };
+        for image in images {
+            let r = Reference::parse_normalized(&image).unwrap();
+            let fast = set.resolve(&r, &who, Mode::Live);
+            let slow = set.resolve_linear(&r, &who, Mode::Live);
+            prop_assert_eq!(&fast, &slow);
+            if let Ok(out) = &fast.resolved {
+                let again = Reference::parse_normalized(out.as_str()).unwrap();
+                prop_assert_eq!(again.as_str(), out.as_str());
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_rules_and_images_never_panic(pattern in ".{0,40}", to in ".{0,40}", image in "[a-z0-9./:@_-]{1,60}") {
+        for kind in ["exact", "repository", "prefix", "regex"] {
+            let set = RuleSet::compile(&[ns_mapping("dev", "m", 0, vec![rule(kind, &pattern, Some(&to))])], &CompileOptions::default());
+            if let Ok(r) = Reference::parse_normalized(&image) {
+                let none = BTreeMap::new();
+                let who = Requester { namespace: "dev", labels: &none, namespace_labels: &none };
+                let _ = set.resolve(&r, &who, Mode::Live);
+            }
+        }
+    }
+}
