@@ -3,6 +3,9 @@
 //! The library holds all logic; the `imagemap` binary is a thin command line over it.
 
 pub mod api;
+pub mod cli;
 pub mod crds;
+pub mod manifests;
 pub mod reference;
 pub mod rules;
+pub mod vm_images;

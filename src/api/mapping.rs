@@ -1,5 +1,9 @@
 //! `ImageMapping` (namespaced) and `ClusterImageMapping` (cluster-scoped).
 
+// Several `printcolumn(...)` entries repeat `type_ = ...`; clippy reads them as
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};

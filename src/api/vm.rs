@@ -1,5 +1,9 @@
 //! `VirtualMachine`: a NeonVM-shaped virtual machine whose runner pod the operator owns.
 
+// Several `printcolumn(...)` entries repeat `type_ = ...`; clippy reads them as
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{

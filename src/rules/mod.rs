@@ -154,6 +154,9 @@ pub enum Mode {
     Preview,
 }
 
+/// Most rules a mapping may hold (the CRD enforces it too).
+pub const MAX_RULES: usize = 256;
+
 /// Index of a compiled rule in a [`RuleSet`].
 pub type RuleId = u32;
 
@@ -260,7 +263,18 @@ impl RuleSet {
                 namespace_selector,
                 dry_run: input.dry_run,
             });
-            for (index, rule) in input.rules.iter().enumerate() {
+            if input.rules.len() > MAX_RULES {
+                set.problem(
+                    &key,
+                    MAX_RULES,
+                    ProblemReason::InvalidRule,
+                    format!(
+                        "spec.rules has {} rules; at most {MAX_RULES} are allowed, the rest are ignored",
+                        input.rules.len()
+                    ),
+                );
+            }
+            for (index, rule) in input.rules.iter().enumerate().take(MAX_RULES) {
                 let compiled = Pattern::compile(&rule.match_).and_then(|pattern| {
                     let action = Action::compile(rule, &pattern)?;
                     Ok((pattern, action))

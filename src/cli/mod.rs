@@ -1,0 +1,21 @@
+//! The `imagemap` command line.
+
+pub mod resolve;
+
+use clap::{Parser, Subcommand};
+
+/// imagemap: use image Y wherever image X is asked for.
+#[derive(Debug, Parser)]
+#[command(name = "imagemap", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Resolve images through ImageMappings offline, as the operator would.
+    Resolve(resolve::ResolveArgs),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crds,
+}

@@ -1,0 +1,404 @@
+//! `imagemap resolve`: the mapping engine offline, over manifests and image references.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+use crate::api::{ResolvedImage, RuleSource};
+use crate::manifests::Manifests;
+use crate::reference::Reference;
+use crate::rules::{CompileOptions, MappingInput, Mode, Requester, RuleSet};
+use crate::vm_images::{self, VmResolution};
+
+/// Output format of `imagemap resolve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// Arguments of `imagemap resolve`.
+#[derive(Debug, clap::Args)]
+pub struct ResolveArgs {
+    /// A YAML file or folder (searched recursively for .yaml/.yml) holding ImageMappings,
+    /// ClusterImageMappings, VirtualMachines and Namespaces. Repeatable.
+    #[arg(short = 'f', long = "filename", value_name = "FILE_OR_DIR")]
+    pub files: Vec<PathBuf>,
+    /// An image reference to resolve as if an unlabelled VirtualMachine in --namespace asked
+    /// for it. Repeatable; use --image=VALUE for values starting with '-'.
+    #[arg(long = "image", value_name = "REF", allow_hyphen_values = true)]
+    pub images: Vec<String>,
+    /// Namespace of --image requests, and of objects in -f that name none.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Runner image of VirtualMachines that name none (the operator's flag of the same name).
+    #[arg(long, default_value = vm_images::DEFAULT_RUNNER_IMAGE)]
+    pub default_runner_image: String,
+}
+
+/// Exit status: everything resolved.
+pub const EXIT_OK: i32 = 0;
+/// Exit status: an invalid reference or rule, or a conflict.
+pub const EXIT_PROBLEMS: i32 = 1;
+/// Exit status: usage, file or YAML error.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Runs the command, writing the result to `out` and notes to `err`; returns the exit status.
+pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let manifests = match Manifests::load(&args.files, &args.namespace) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    for skipped in &manifests.skipped {
+        let _ = writeln!(
+            err,
+            "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, VirtualMachine and Namespace"
+        );
+    }
+    let report = Report::build(&manifests, args);
+    for line in report.problem_lines() {
+        let _ = writeln!(err, "problem: {line}");
+    }
+    let written = match args.output {
+        Output::Json => serde_json::to_writer_pretty(&mut *out, &report.to_json())
+            .map_err(std::io::Error::other)
+            .and_then(|()| writeln!(out)),
+        Output::Table => out.write_all(report.to_table().as_bytes()),
+    };
+    if let Err(e) = written {
+        let _ = writeln!(err, "error: writing output: {e}");
+        return EXIT_USAGE;
+    }
+    if report.has_problems() {
+        EXIT_PROBLEMS
+    } else {
+        EXIT_OK
+    }
+}
+
+struct ImageEntry {
+    input: String,
+    parsed: Result<Reference, String>,
+    resolved: Option<Result<Reference, String>>,
+    rule: Option<RuleSource>,
+    conflicts: Vec<RuleSource>,
+}
+
+struct VmEntry {
+    namespace: String,
+    name: String,
+    resolution: VmResolution,
+}
+
+struct Report {
+    images: Vec<ImageEntry>,
+    vms: Vec<VmEntry>,
+    /// `(mapping, rule, reason, message)`.
+    problems: Vec<(String, usize, String, String)>,
+}
+
+impl Report {
+    fn build(manifests: &Manifests, args: &ResolveArgs) -> Report {
+        let inputs: Vec<MappingInput> = manifests
+            .image_mappings
+            .iter()
+            .map(MappingInput::from)
+            .chain(
+                manifests
+                    .cluster_image_mappings
+                    .iter()
+                    .map(MappingInput::from),
+            )
+            .collect();
+        let set = RuleSet::compile(&inputs, &CompileOptions::default());
+        let problems = set
+            .problems()
+            .iter()
+            .map(|p| {
+                (
+                    p.mapping.to_string(),
+                    p.rule,
+                    p.reason.as_str().to_string(),
+                    p.message.clone(),
+                )
+            })
+            .collect();
+        let ns_labels = |ns: &str| {
+            vm_images::namespace_labels(
+                ns,
+                manifests.namespaces.get(ns).unwrap_or(&BTreeMap::new()),
+            )
+        };
+        let no_labels = BTreeMap::new();
+        let request_ns_labels = ns_labels(&args.namespace);
+        let who = Requester {
+            namespace: &args.namespace,
+            labels: &no_labels,
+            namespace_labels: &request_ns_labels,
+        };
+        let images = args
+            .images
+            .iter()
+            .map(|input| {
+                let parsed = Reference::parse_normalized(input).map_err(|e| e.to_string());
+                let mut entry = ImageEntry {
+                    input: input.clone(),
+                    parsed: parsed.clone(),
+                    resolved: None,
+                    rule: None,
+                    conflicts: Vec::new(),
+                };
+                if let Ok(r) = &parsed {
+                    let res = set.resolve(r, &who, Mode::Live);
+                    entry.rule = res.rule.map(|id| set.source(id));
+                    entry.conflicts = res.conflicts.iter().map(|&id| set.source(id)).collect();
+                    entry.resolved = Some(res.resolved);
+                }
+                entry
+            })
+            .collect();
+        let vms = manifests
+            .virtual_machines
+            .iter()
+            .map(|vm| {
+                let namespace = vm.namespace().unwrap_or_default();
+                let resolution = vm_images::resolve_vm(
+                    &set,
+                    vm,
+                    &ns_labels(&namespace),
+                    &args.default_runner_image,
+                    Mode::Live,
+                );
+                VmEntry {
+                    namespace,
+                    name: vm.name_any(),
+                    resolution,
+                }
+            })
+            .collect();
+        Report {
+            images,
+            vms,
+            problems,
+        }
+    }
+
+    fn has_problems(&self) -> bool {
+        !self.problems.is_empty()
+            || self.images.iter().any(|i| {
+                i.parsed.is_err() || matches!(i.resolved, Some(Err(_))) || !i.conflicts.is_empty()
+            })
+            || self
+                .vms
+                .iter()
+                .any(|v| !v.resolution.all_resolved() || v.resolution.has_conflicts())
+    }
+
+    fn problem_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .problems
+            .iter()
+            .map(|(m, rule, reason, msg)| format!("{m} rule {rule}: {reason}: {msg}"))
+            .collect();
+        for i in &self.images {
+            for c in &i.conflicts {
+                lines.push(format!(
+                    "image {:?}: Conflict: {} also matches with a different result",
+                    i.input,
+                    describe(c)
+                ));
+            }
+        }
+        for v in &self.vms {
+            for (img, conflicts) in v.resolution.images.iter().zip(&v.resolution.conflicts) {
+                for c in conflicts {
+                    lines.push(format!(
+                        "VirtualMachine {}/{} slot {}: Conflict: {} also matches with a different result",
+                        v.namespace,
+                        v.name,
+                        img.slot,
+                        describe(c)
+                    ));
+                }
+            }
+        }
+        lines
+    }
+
+    fn to_json(&self) -> Value {
+        let images: Vec<Value> = self.images.iter().map(image_json).collect();
+        let vms: Vec<Value> = self
+            .vms
+            .iter()
+            .map(|v| {
+                let images: Vec<Value> = v
+                    .resolution
+                    .images
+                    .iter()
+                    .zip(&v.resolution.conflicts)
+                    .map(|(img, conflicts)| slot_json(img, conflicts))
+                    .collect();
+                json!({"namespace": v.namespace, "name": v.name, "images": images})
+            })
+            .collect();
+        let problems: Vec<Value> = self
+            .problems
+            .iter()
+            .map(|(m, rule, reason, msg)| json!({"mapping": m, "rule": rule, "reason": reason, "message": msg}))
+            .collect();
+        json!({"images": images, "virtualMachines": vms, "problems": problems})
+    }
+
+    fn to_table(&self) -> String {
+        let mut out = String::new();
+        if !self.images.is_empty() {
+            let mut rows = vec![["IMAGE".to_string(), "RESOLVED".into(), "RULE".into()]];
+            for i in &self.images {
+                let resolved = match (&i.parsed, &i.resolved) {
+                    (Err(e), _) | (_, Some(Err(e))) => format!("error: {e}"),
+                    (_, Some(Ok(r))) => r.to_string(),
+                    (Ok(_), None) => String::new(),
+                };
+                rows.push([
+                    i.input.clone(),
+                    resolved,
+                    rule_cell(i.rule.as_ref(), &i.conflicts),
+                ]);
+            }
+            out.push_str(&render(&rows));
+        }
+        if !self.vms.is_empty() {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            let mut rows = vec![[
+                "VIRTUALMACHINE".to_string(),
+                "SLOT".into(),
+                "REQUESTED".into(),
+                "RESOLVED".into(),
+                "RULE".into(),
+            ]];
+            for v in &self.vms {
+                for (img, conflicts) in v.resolution.images.iter().zip(&v.resolution.conflicts) {
+                    let resolved = match (&img.resolved, &img.error) {
+                        (_, Some(e)) => format!("error: {e}"),
+                        (Some(r), None) => r.clone(),
+                        (None, None) => String::new(),
+                    };
+                    rows.push([
+                        format!("{}/{}", v.namespace, v.name),
+                        img.slot.clone(),
+                        img.requested.clone(),
+                        resolved,
+                        rule_cell(img.source.as_ref(), conflicts),
+                    ]);
+                }
+            }
+            out.push_str(&render(&rows));
+        }
+        if out.is_empty() {
+            out.push_str("nothing to resolve: pass --image REF or -f with VirtualMachines\n");
+        }
+        out
+    }
+}
+
+fn describe(s: &RuleSource) -> String {
+    match &s.namespace {
+        Some(ns) => format!(
+            "{} {ns}/{} rule {} ({})",
+            s.kind, s.name, s.rule, s.match_kind
+        ),
+        None => format!("{} {} rule {} ({})", s.kind, s.name, s.rule, s.match_kind),
+    }
+}
+
+fn rule_cell(rule: Option<&RuleSource>, conflicts: &[RuleSource]) -> String {
+    let mut cell = rule.map_or_else(|| "-".to_string(), describe);
+    if !conflicts.is_empty() {
+        cell.push_str(&format!(" [conflicts with {}]", conflicts.len()));
+    }
+    cell
+}
+
+fn render<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}   "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn source_json(s: &RuleSource) -> Value {
+    json!({"kind": s.kind, "namespace": s.namespace, "name": s.name, "rule": s.rule, "match": s.match_kind})
+}
+
+fn image_json(i: &ImageEntry) -> Value {
+    let r = match &i.parsed {
+        Ok(r) => r,
+        Err(e) => {
+            return json!({
+                "input": i.input, "normalized": null, "familiar": null, "registry": null,
+                "repository": null, "tag": null, "digest": null, "resolved": null,
+                "rule": null, "conflicts": null, "error": e,
+            });
+        }
+    };
+    let (resolved, error) = match &i.resolved {
+        Some(Ok(out)) => (Some(out.to_string()), None),
+        Some(Err(e)) => (None, Some(e.clone())),
+        None => (None, None),
+    };
+    json!({
+        "input": i.input,
+        "normalized": r.as_str(),
+        "familiar": r.familiar(),
+        "registry": non_empty(r.domain()),
+        "repository": r.path(),
+        "tag": r.tag(),
+        "digest": r.digest(),
+        "resolved": resolved,
+        "rule": i.rule.as_ref().map(source_json),
+        "conflicts": i.conflicts.iter().map(source_json).collect::<Vec<_>>(),
+        "error": error,
+    })
+}
+
+fn slot_json(img: &ResolvedImage, conflicts: &[RuleSource]) -> Value {
+    json!({
+        "slot": img.slot,
+        "requested": img.requested,
+        "resolved": img.resolved,
+        "source": img.source.as_ref().map(source_json),
+        "conflicts": conflicts.iter().map(source_json).collect::<Vec<_>>(),
+        "error": img.error,
+    })
+}
+
+fn non_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}

@@ -1,0 +1,239 @@
+//! Reading Kubernetes manifests from YAML files and folders, as `kubectl apply -f` would.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::api::{ClusterImageMapping, GROUP, ImageMapping, VERSION, VirtualMachine};
+
+/// What was found in the manifests.
+#[derive(Debug, Default)]
+pub struct Manifests {
+    pub image_mappings: Vec<ImageMapping>,
+    pub cluster_image_mappings: Vec<ClusterImageMapping>,
+    pub virtual_machines: Vec<VirtualMachine>,
+    /// Labels of the Namespace documents found, by name.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Documents of other kinds, as `file: kind name` lines.
+    pub skipped: Vec<String>,
+}
+
+/// A file that cannot be read or a document that is not valid.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: document {document}: {message}")]
+    Document {
+        path: PathBuf,
+        document: usize,
+        message: String,
+    },
+}
+
+impl Manifests {
+    /// Reads each path: a file, or a folder searched recursively for `.yaml` / `.yml`
+    /// files (in name order). Objects without a namespace get `default_namespace`.
+    pub fn load(paths: &[PathBuf], default_namespace: &str) -> Result<Manifests, LoadError> {
+        let mut out = Manifests::default();
+        for path in paths {
+            for file in yaml_files(path)? {
+                let text = std::fs::read_to_string(&file).map_err(|source| LoadError::Io {
+                    path: file.clone(),
+                    source,
+                })?;
+                out.add_stream(&file, &text, default_namespace)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds every document of a multi-document YAML stream.
+    pub fn add_stream(
+        &mut self,
+        path: &Path,
+        text: &str,
+        default_namespace: &str,
+    ) -> Result<(), LoadError> {
+        for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+            let document = i + 1;
+            let err = |message: String| LoadError::Document {
+                path: path.to_path_buf(),
+                document,
+                message,
+            };
+            let value = serde_yaml_ng::Value::deserialize(doc)
+                .map_err(|e| err(format!("invalid YAML: {e}")))?;
+            if value.is_null() {
+                continue;
+            }
+            let value: serde_json::Value = serde_json::to_value(&value)
+                .map_err(|e| err(format!("not a Kubernetes object: {e}")))?;
+            self.add_object(value, default_namespace).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn add_object(
+        &mut self,
+        value: serde_json::Value,
+        default_namespace: &str,
+    ) -> Result<(), String> {
+        let api_version = value
+            .get("apiVersion")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let kind = value
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
+        if kind.is_empty() || api_version.is_empty() {
+            return Err("not a Kubernetes object: apiVersion and kind are required".into());
+        }
+        if kind == "List" {
+            if let Some(items) = value.get("items").and_then(|v| v.as_array()) {
+                for item in items.clone() {
+                    self.add_object(item, default_namespace)?;
+                }
+            }
+            return Ok(());
+        }
+        let ours = api_version == format!("{GROUP}/{VERSION}");
+        let described = format!("{kind} {name:?}");
+        let parse_err = |e: serde_json::Error| format!("{described} is not valid: {e}");
+        match kind.as_str() {
+            "ImageMapping" if ours => {
+                let mut m: ImageMapping = serde_json::from_value(value).map_err(parse_err)?;
+                require_name(&m.metadata.name, &described)?;
+                m.metadata
+                    .namespace
+                    .get_or_insert_with(|| default_namespace.to_string());
+                self.image_mappings.push(m);
+            }
+            "ClusterImageMapping" if ours => {
+                let m: ClusterImageMapping = serde_json::from_value(value).map_err(parse_err)?;
+                require_name(&m.metadata.name, &described)?;
+                self.cluster_image_mappings.push(m);
+            }
+            "VirtualMachine" if ours => {
+                let mut vm: VirtualMachine = serde_json::from_value(value).map_err(parse_err)?;
+                require_name(&vm.metadata.name, &described)?;
+                vm.metadata
+                    .namespace
+                    .get_or_insert_with(|| default_namespace.to_string());
+                self.virtual_machines.push(vm);
+            }
+            "Namespace" if api_version == "v1" => {
+                let labels = value
+                    .pointer("/metadata/labels")
+                    .cloned()
+                    .map(serde_json::from_value::<BTreeMap<String, String>>)
+                    .transpose()
+                    .map_err(parse_err)?
+                    .unwrap_or_default();
+                self.namespaces.insert(name, labels);
+            }
+            _ => self.skipped.push(format!("{api_version} {kind} {name:?}")),
+        }
+        Ok(())
+    }
+}
+
+fn require_name(name: &Option<String>, described: &str) -> Result<(), String> {
+    match name {
+        Some(n) if !n.is_empty() => Ok(()),
+        _ => Err(format!("{described} has no metadata.name")),
+    }
+}
+
+fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(io)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort();
+    let mut out = Vec::new();
+    for entry in entries {
+        if entry.is_dir() {
+            out.extend(yaml_files(&entry)?);
+        } else if matches!(
+            entry.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            out.push(entry);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_kinds_and_skips_others() {
+        let mut m = Manifests::default();
+        let text = r#"
+apiVersion: imagemap.dev/v1alpha1
+kind: ImageMapping
+metadata: {name: a}
+spec:
+  rules: [{match: {exact: nginx}, to: mirror.io/nginx}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: dev, labels: {team: x}}
+---
+"#;
+        m.add_stream(Path::new("f.yaml"), text, "ns1").unwrap();
+        assert_eq!(
+            m.image_mappings[0].metadata.namespace.as_deref(),
+            Some("ns1")
+        );
+        assert_eq!(m.skipped, ["v1 ConfigMap \"c\""]);
+        assert_eq!(m.namespaces["dev"]["team"], "x");
+    }
+
+    #[test]
+    fn malformed_documents_name_file_and_document() {
+        let mut m = Manifests::default();
+        let text = "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {name: a}\nspec: {rules: 3}\n";
+        let err = m
+            .add_stream(Path::new("x.yaml"), text, "d")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("x.yaml: document 2: ImageMapping \"a\" is not valid"),
+            "{err}"
+        );
+        let err = m
+            .add_stream(Path::new("y.yaml"), "a: [", "d")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("y.yaml: document 1: invalid YAML"), "{err}");
+    }
+}

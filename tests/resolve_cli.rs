@@ -1,0 +1,209 @@
+//! `imagemap resolve` as scripts use it: arguments, JSON contract, exit status.
+
+#![allow(clippy::unwrap_used)] // test code
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn imagemap(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_imagemap"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run imagemap");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> (i32, Value, String) {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let (code, out, err) = imagemap(&all);
+    let value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}\n{err}"));
+    (code, value, err)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("imagemap-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn examples_resolve_cleanly_as_the_readme_shows() {
+    let (code, out, err) = imagemap(&["resolve", "-f", "examples/"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("k3d-neon-local-registry:5000/vm-compute-node-v17:tilt-bce03df2bbb7ad9d"),
+        "{out}"
+    );
+    assert!(
+        out.contains("registry.internal:5000/neon/vm-compute-node-v16:latest"),
+        "{out}"
+    );
+}
+
+#[test]
+fn image_entries_follow_the_contract() {
+    let (code, v, _) = json(&[
+        "resolve",
+        "-f",
+        "examples/",
+        "-n",
+        "dev",
+        "--image",
+        "neondatabase/vm-compute-node-v17",
+        "--image",
+        "nginx:1.27",
+    ]);
+    assert_eq!(code, 0);
+    let first = &v["images"][0];
+    assert_eq!(first["input"], "neondatabase/vm-compute-node-v17");
+    assert_eq!(
+        first["normalized"],
+        "docker.io/neondatabase/vm-compute-node-v17"
+    );
+    assert_eq!(first["familiar"], "neondatabase/vm-compute-node-v17");
+    assert_eq!(first["registry"], "docker.io");
+    assert_eq!(first["repository"], "neondatabase/vm-compute-node-v17");
+    assert_eq!(first["tag"], Value::Null);
+    assert_eq!(first["digest"], Value::Null);
+    assert_eq!(
+        first["resolved"],
+        "k3d-neon-local-registry:5000/vm-compute-node-v17:tilt-bce03df2bbb7ad9d"
+    );
+    assert_eq!(first["rule"]["kind"], "ImageMapping");
+    assert_eq!(first["rule"]["namespace"], "dev");
+    assert_eq!(first["rule"]["name"], "tilt-dev");
+    assert_eq!(first["rule"]["rule"], 0);
+    assert_eq!(first["rule"]["match"], "repository");
+    assert_eq!(first["error"], Value::Null);
+    let second = &v["images"][1];
+    assert_eq!(second["resolved"], "docker.io/library/nginx:1.27");
+    assert_eq!(second["normalized"], second["resolved"]);
+    assert_eq!(second["rule"], Value::Null);
+    assert_eq!(second["tag"], "1.27");
+    let vm = &v["virtualMachines"][0];
+    assert_eq!(vm["namespace"], "dev");
+    assert_eq!(vm["images"][0]["slot"], "rootDisk");
+}
+
+#[test]
+fn invalid_input_nulls_every_field_and_exits_1() {
+    let (code, v, _) = json(&["resolve", "--image=-bad", "--image", "UPPER:1"]);
+    assert_eq!(code, 1);
+    for entry in v["images"].as_array().unwrap() {
+        let obj = entry.as_object().unwrap();
+        for (k, val) in obj {
+            match k.as_str() {
+                "input" => assert!(val.is_string()),
+                "error" => assert!(val.as_str().unwrap().contains("reference format")),
+                _ => assert!(val.is_null(), "{k} = {val}"),
+            }
+        }
+    }
+    assert_eq!(v["images"][0]["input"], "-bad");
+}
+
+#[test]
+fn failed_rewrite_keeps_parsed_fields_and_exits_1() {
+    let dir = temp_dir("rewrite");
+    std::fs::write(
+        dir.join("m.yaml"),
+        "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {name: m}\nspec:\n  rules:\n  - match: {regex: 'docker\\.io/library/(.*)'}\n    to: 'mirror.io/UPPER/$1'\n",
+    )
+    .unwrap();
+    let (code, v, _) = json(&["resolve", "-f", dir.to_str().unwrap(), "--image", "nginx"]);
+    assert_eq!(code, 1);
+    let e = &v["images"][0];
+    assert_eq!(e["normalized"], "docker.io/library/nginx");
+    assert_eq!(e["resolved"], Value::Null);
+    assert!(e["error"].as_str().unwrap().contains("must be lowercase"));
+    assert_eq!(e["rule"]["name"], "m");
+}
+
+#[test]
+fn conflicts_and_invalid_rules_exit_1_and_are_reported() {
+    let dir = temp_dir("conflict");
+    let mapping = |name: &str, to: &str| {
+        format!(
+            "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {{name: {name}}}\nspec:\n  rules:\n  - match: {{repository: app}}\n    to: {to}\n"
+        )
+    };
+    std::fs::write(dir.join("a.yaml"), mapping("a", "a.io/app")).unwrap();
+    std::fs::write(dir.join("b.yml"), mapping("b", "b.io/app")).unwrap();
+    let (code, v, err) = json(&["resolve", "-f", dir.to_str().unwrap(), "--image", "app:1"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["images"][0]["resolved"], "a.io/app:1");
+    assert_eq!(v["images"][0]["conflicts"][0]["name"], "b");
+    assert!(err.contains("Conflict"), "{err}");
+    assert_eq!(v["problems"].as_array().unwrap().len(), 2);
+
+    let bad = temp_dir("badrule");
+    std::fs::write(
+        bad.join("m.yaml"),
+        "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {name: m}\nspec:\n  rules:\n  - match: {regex: '('}\n    to: x\n",
+    )
+    .unwrap();
+    let (code, v, err) = json(&["resolve", "-f", bad.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(v["problems"][0]["reason"], "InvalidRule");
+    assert!(err.contains("not a valid RE2"), "{err}");
+}
+
+#[test]
+fn file_and_yaml_errors_exit_2_naming_file_and_document() {
+    let (code, _, err) = imagemap(&["resolve", "-f", "does/not/exist.yaml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("does/not/exist.yaml"), "{err}");
+
+    let dir = temp_dir("yaml");
+    let file = dir.join("broken.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n---\nkind: [\n",
+    )
+    .unwrap();
+    let (code, _, err) = imagemap(&["resolve", "-f", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("broken.yaml: document 2"), "{err}");
+
+    let (code, _, _) = imagemap(&["resolve", "--output", "xml"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn other_kinds_are_skipped_with_a_note() {
+    let dir = temp_dir("skip");
+    std::fs::write(
+        dir.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("notes.txt"), "not yaml: [").unwrap();
+    let (code, _, err) = imagemap(&["resolve", "-f", dir.to_str().unwrap(), "--image", "nginx"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("note: skipping v1 ConfigMap \"settings\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn crds_command_prints_the_committed_crds() {
+    let (code, out, _) = imagemap(&["crds"]);
+    assert_eq!(code, 0);
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crds/imagemap.dev.yaml"
+    ))
+    .unwrap();
+    assert_eq!(out, committed);
+}
