@@ -1,0 +1,108 @@
+//! Shared helpers of the integration tests: a kube client for the control plane that
+//! `scripts/test` starts (through `KUBECONFIG`), kubectl, CRD installation and fresh
+//! namespaces.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code; not every test uses every helper
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::{Client, Resource};
+use tokio::sync::OnceCell;
+
+/// How long a test waits for a condition before failing.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// A client for the test control plane; fails with a hint when there is none.
+pub async fn client() -> Client {
+    Client::try_default()
+        .await
+        .expect("no cluster: run the integration tests through scripts/test, which starts the control plane")
+}
+
+/// Runs kubectl in the repository root, as a user would.
+pub fn kubectl(args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .args(args)
+        .current_dir(REPO)
+        .output()
+        .expect("kubectl runs")
+}
+
+/// Runs kubectl and fails the test with its output when it fails.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let out = kubectl(args);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+static CRDS: OnceCell<()> = OnceCell::const_new();
+
+/// Applies `crds/` with kubectl once per test binary and waits until every CRD is Established.
+pub async fn install_crds(client: &Client) {
+    CRDS.get_or_init(|| async {
+        kubectl_ok(&["apply", "-f", "crds/"]);
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in imagemap::crds::all() {
+            let name = crd.metadata.name.clone().unwrap();
+            wait_for(api.clone(), &name, conditions::is_crd_established()).await;
+        }
+    })
+    .await;
+}
+
+/// Waits until `cond` holds for the named object, failing the test after [`WAIT`].
+pub async fn wait_for<K>(api: Api<K>, name: &str, cond: impl Condition<K>) -> K
+where
+    K: Clone + std::fmt::Debug + Send + serde::de::DeserializeOwned + Resource + 'static,
+{
+    match tokio::time::timeout(WAIT, await_condition(api, name, cond)).await {
+        Ok(Ok(Some(obj))) => obj,
+        Ok(Ok(None)) => panic!("{name} was deleted while waiting"),
+        Ok(Err(e)) => panic!("watching {name}: {e}"),
+        Err(_) => panic!("{name} did not reach the condition within {WAIT:?}"),
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Creates a namespace no other test uses (deleted namespaces never finish terminating
+/// without a controller manager, so each test gets a new one).
+pub async fn fresh_namespace(client: &Client, prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let name = format!("{prefix}-{}-{n}-{:x}", std::process::id(), nanos % 0xfffff);
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+/// Path of a file under the repository root.
+pub fn repo_path(rel: &str) -> String {
+    Path::new(REPO).join(rel).to_string_lossy().into_owned()
+}
