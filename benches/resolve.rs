@@ -2,7 +2,7 @@
 //! 1,000 and 10,000 rules. References are parsed before timing.
 //!
 //! Rule mix: 40% exact, 30% repository, 25% prefix (a fifth of them `*.` wildcards), 5% regex,
-//! spread over 10 namespaced mappings and 1 cluster mapping. Queries: half hit an exact or
+//! spread over mappings of at most 200 rules, one in eleven cluster-scoped. Queries: half hit an exact or
 //! repository rule, a quarter hit a prefix, a quarter match no rule (the worst case for the
 //! index: every table is probed and the regex set runs).
 
@@ -49,14 +49,16 @@ fn rule(i: usize) -> MappingRule {
 }
 
 fn rule_set(n: usize) -> RuleSet {
-    let mut inputs: Vec<MappingInput> = (0..11)
+    // At most 200 rules per mapping; one mapping in eleven is cluster-scoped.
+    let mappings = (n / 200 + 1).max(11);
+    let mut inputs: Vec<MappingInput> = (0..mappings)
         .map(|m| MappingInput {
-            scope: if m == 10 {
+            scope: if m % 11 == 10 {
                 Scope::Cluster
             } else {
                 Scope::Namespaced
             },
-            namespace: (m != 10).then(|| "bench".to_string()),
+            namespace: (m % 11 != 10).then(|| "bench".to_string()),
             name: format!("mapping-{m}"),
             priority: 0,
             selector: None,
@@ -66,7 +68,7 @@ fn rule_set(n: usize) -> RuleSet {
         })
         .collect();
     for i in 0..n {
-        inputs[i % 11].rules.push(rule(i));
+        inputs[i % mappings].rules.push(rule(i));
     }
     let set = RuleSet::compile(&inputs, &CompileOptions::default());
     assert!(set.problems().is_empty(), "{:?}", &set.problems()[..1]);

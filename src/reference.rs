@@ -199,14 +199,14 @@ impl Reference {
         &self.full
     }
 
-    /// The key under which `exact` rules are compared: the normalized form, with
-    /// `:latest` added when the reference has neither tag nor digest (what
-    /// Kubernetes pulls for it).
-    pub fn exact_key(&self) -> std::borrow::Cow<'_, str> {
-        if self.tag.is_none() && self.digest.is_none() {
-            std::borrow::Cow::Owned(format!("{}:latest", self.full))
+    /// The key under which `exact` rules are compared: the normalized form, where a
+    /// reference without tag and digest and one tagged `:latest` are the same (Kubernetes
+    /// pulls `:latest` when no tag is given). Written without the `:latest`.
+    pub fn exact_key(&self) -> &str {
+        if self.digest.is_none() && self.tag.as_deref().is_none_or(|t| t == "latest") {
+            &self.full[..self.name_len()]
         } else {
-            std::borrow::Cow::Borrowed(&self.full)
+            &self.full
         }
     }
 
@@ -635,6 +635,21 @@ mod tests {
             let once = Reference::parse_normalized(s).unwrap().to_string();
             let twice = Reference::parse_normalized(&once).unwrap().to_string();
             assert_eq!(once, twice);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsing_never_panics_and_normal_forms_are_fixed_points(
+            s in "[a-zA-Z0-9._:/@\\[\\]-]{0,80}",
+        ) {
+            let _ = Reference::parse(&s);
+            if let Ok(r) = Reference::parse_normalized(&s) {
+                let again = Reference::parse_normalized(r.as_str()).unwrap();
+                proptest::prop_assert_eq!(&again, &r);
+                let familiar = Reference::parse_normalized(&r.familiar()).unwrap();
+                proptest::prop_assert_eq!(&familiar, &r);
+            }
         }
     }
 }

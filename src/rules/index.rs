@@ -2,8 +2,11 @@
 //!
 //! A reference is looked up by its exact key, its repository name, each of its
 //! component-boundary prefixes and each parent domain of its host: a handful of
-//! hash lookups whatever the number of rules. Regex rules are compiled into one
-//! `RegexSet`.
+//! hash lookups whatever the number of rules. Regex rules are grouped by the first
+//! component every match must start with (read from the pattern's literal prefix, e.g.
+//! `ghcr.io` for `ghcr\.io/acme/.*`), and each group is compiled into one `RegexSet`.
+
+use std::collections::BTreeMap;
 
 use regex::{Regex, RegexSet};
 
@@ -11,71 +14,207 @@ use crate::reference::Reference;
 
 use super::{CompiledRule, RuleId, pattern::Pattern};
 
-type Map = foldhash::HashMap<String, Vec<RuleId>>;
+/// Rules of one key, sorted by scope: cluster rules (scope 0) first, then each
+/// namespace's, so that a namespace's rules are found by binary search.
+#[derive(Debug, Default)]
+struct Bucket {
+    entries: Vec<Entry>,
+}
 
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// 0: cluster-scoped; otherwise the interned namespace.
+    scope: u32,
+    kind: LiteralKind,
+    id: RuleId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LiteralKind {
+    Exact,
+    Repository,
+    Prefix,
+    Wildcard,
+}
+
+impl Bucket {
+    /// Entries of the cluster scope and of namespace scope `ns`.
+    fn visible(&self, ns: Option<u32>) -> impl Iterator<Item = &Entry> {
+        let cluster_end = self.entries.partition_point(|e| e.scope == 0);
+        let (start, end) = match ns {
+            Some(ns) => (
+                self.entries.partition_point(|e| e.scope < ns),
+                self.entries.partition_point(|e| e.scope <= ns),
+            ),
+            None => (0, 0),
+        };
+        self.entries[..cluster_end]
+            .iter()
+            .chain(&self.entries[start..end])
+    }
+}
+
+type Map = foldhash::HashMap<String, Bucket>;
+
+/// Every rule of a rule set, indexed.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    exact: Map,
-    repository: Map,
-    prefix: Map,
+    /// Interned namespaces (1-based).
+    namespaces: foldhash::HashMap<String, u32>,
+    /// Exact keys, repository names and literal prefixes: all are strings that end on a
+    /// component boundary of the references they match, so one table serves the three.
+    literal: Map,
+    /// `*.domain` wildcards, by `.domain`.
     wildcard: Map,
-    regex_ids: Vec<RuleId>,
+    /// Regex rules by scope.
+    regex: foldhash::HashMap<u32, RegexScope>,
+}
+
+#[derive(Debug, Default)]
+struct RegexScope {
+    /// Regex rules whose matches all start with a known first component, by that component.
+    by_host: foldhash::HashMap<String, RegexGroup>,
+    /// Regex rules that may match under any first component.
+    any: RegexGroup,
+    max_priority: i32,
+}
+
+#[derive(Debug, Default)]
+struct RegexGroup {
+    ids: Vec<RuleId>,
     regexes: Vec<Regex>,
-    regex_set: Option<RegexSet>,
-    regex_max_priority: Option<i32>,
+    set: Option<RegexSet>,
+}
+
+impl RegexGroup {
+    fn finish(&mut self) {
+        if !self.regexes.is_empty() {
+            // A set too large for the regex size limit falls back to matching one by one.
+            self.set = RegexSet::new(self.regexes.iter().map(Regex::as_str)).ok();
+        }
+    }
+
+    fn matches(&self, s: &str, f: &mut impl FnMut(RuleId)) {
+        match &self.set {
+            Some(set) => set.matches(s).iter().for_each(|i| f(self.ids[i])),
+            None => {
+                for (re, &id) in self.regexes.iter().zip(&self.ids) {
+                    if re.is_match(s) {
+                        f(id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first component (up to the first `/`) that every match of `re` starts with, when
+/// its literal prefixes determine one.
+fn required_first_component(re: &Regex) -> Option<String> {
+    let hir = regex_syntax::Parser::new().parse(re.as_str()).ok()?;
+    let seq = regex_syntax::hir::literal::Extractor::new().extract(&hir);
+    let mut found: Option<&[u8]> = None;
+    for lit in seq.literals()? {
+        let bytes = lit.as_bytes();
+        let slash = bytes.iter().position(|&b| b == b'/')?;
+        match found {
+            None => found = Some(&bytes[..slash]),
+            Some(prev) if prev == &bytes[..slash] => {}
+            Some(_) => return None,
+        }
+    }
+    String::from_utf8(found?.to_vec()).ok()
+}
+
+fn first_component(s: &str) -> &str {
+    s.split('/').next().unwrap_or(s)
 }
 
 impl Index {
-    pub(crate) fn insert(&mut self, id: RuleId, rule: &CompiledRule, priority: i32) {
-        let (map, key) = match &rule.pattern {
-            Pattern::Exact(k) => (&mut self.exact, k),
-            Pattern::Repository(k) => (&mut self.repository, k),
-            Pattern::Prefix(k) => (&mut self.prefix, k),
-            Pattern::Wildcard(k) => (&mut self.wildcard, k),
+    /// The interned scope of a namespace, 0 for the cluster scope.
+    fn scope_of(&mut self, namespace: Option<&str>) -> u32 {
+        let Some(ns) = namespace else { return 0 };
+        let next = self.namespaces.len() as u32 + 1;
+        *self.namespaces.entry(ns.to_string()).or_insert(next)
+    }
+
+    /// The interned scope of a requesting namespace, if any rule lives there.
+    pub(crate) fn namespace(&self, namespace: &str) -> Option<u32> {
+        self.namespaces.get(namespace).copied()
+    }
+
+    pub(crate) fn insert(
+        &mut self,
+        id: RuleId,
+        rule: &CompiledRule,
+        namespace: Option<&str>,
+        priority: i32,
+    ) {
+        let scope = self.scope_of(namespace);
+        let (map, key, kind) = match &rule.pattern {
+            Pattern::Exact(k) => (&mut self.literal, k, LiteralKind::Exact),
+            Pattern::Repository(k) => (&mut self.literal, k, LiteralKind::Repository),
+            Pattern::Prefix(k) => (&mut self.literal, k, LiteralKind::Prefix),
+            Pattern::Wildcard(k) => (&mut self.wildcard, k, LiteralKind::Wildcard),
             Pattern::Regex(re) => {
-                self.regex_ids.push(id);
-                self.regexes.push(re.clone());
-                self.regex_max_priority = Some(
-                    self.regex_max_priority
-                        .map_or(priority, |p| p.max(priority)),
-                );
+                let regexes = self.regex.entry(scope).or_insert_with(|| RegexScope {
+                    max_priority: priority,
+                    ..RegexScope::default()
+                });
+                regexes.max_priority = regexes.max_priority.max(priority);
+                let group = match required_first_component(re) {
+                    Some(host) => regexes.by_host.entry(host).or_default(),
+                    None => &mut regexes.any,
+                };
+                group.ids.push(id);
+                group.regexes.push(re.clone());
                 return;
             }
         };
-        map.entry(key.clone()).or_default().push(id);
+        let bucket = map.entry(key.clone()).or_default();
+        let at = bucket.entries.partition_point(|e| e.scope <= scope);
+        bucket.entries.insert(at, Entry { scope, kind, id });
     }
 
-    /// Builds the regex automaton once every rule is inserted.
+    /// Builds the regex automata once every rule is inserted.
     pub(crate) fn finish(&mut self) {
-        if self.regexes.is_empty() {
-            return;
+        for scope in self.regex.values_mut() {
+            scope.any.finish();
+            scope.by_host.values_mut().for_each(RegexGroup::finish);
         }
-        // A set too large for the regex size limit falls back to matching one by one.
-        self.regex_set = RegexSet::new(self.regexes.iter().map(Regex::as_str)).ok();
     }
 
-    pub(crate) fn regex_max_priority(&self) -> Option<i32> {
-        self.regex_max_priority
+    /// Highest priority of the regex rules visible from namespace scope `ns`, with whether
+    /// it is namespaced.
+    pub(crate) fn regex_max_priority(&self, ns: Option<u32>) -> [Option<i32>; 2] {
+        let of = |scope: u32| self.regex.get(&scope).map(|r| r.max_priority);
+        [ns.and_then(of), of(0)]
     }
 
     /// Calls `f(rule, matched prefix length)` for every exact, repository and prefix rule
-    /// matching `r`. The length is 0 except for prefix rules.
-    pub(crate) fn literal_candidates(&self, r: &Reference, mut f: impl FnMut(RuleId, usize)) {
+    /// visible from namespace scope `ns` that matches `r`. The length is 0 except for
+    /// prefix rules.
+    pub(crate) fn literal_candidates(
+        &self,
+        r: &Reference,
+        ns: Option<u32>,
+        mut f: impl FnMut(RuleId, usize),
+    ) {
         let s = r.as_str();
-        if !self.exact.is_empty()
-            && let Some(ids) = self.exact.get(r.exact_key().as_ref())
-        {
-            ids.iter().for_each(|&id| f(id, 0));
-        }
-        if !self.repository.is_empty()
-            && let Some(ids) = self.repository.get(r.name())
-        {
-            ids.iter().for_each(|&id| f(id, 0));
-        }
-        if !self.prefix.is_empty() {
+        if !self.literal.is_empty() {
+            let exact_len = r.exact_key().len();
+            let name_len = r.name_len();
             for_each_boundary(r, |n| {
-                if let Some(ids) = self.prefix.get(&s[..n]) {
-                    ids.iter().for_each(|&id| f(id, n));
+                let Some(bucket) = self.literal.get(&s[..n]) else {
+                    return;
+                };
+                for e in bucket.visible(ns) {
+                    match e.kind {
+                        LiteralKind::Exact if n == exact_len => f(e.id, 0),
+                        LiteralKind::Repository if n == name_len => f(e.id, 0),
+                        LiteralKind::Prefix => f(e.id, n),
+                        _ => {}
+                    }
                 }
             });
         }
@@ -84,46 +223,57 @@ impl Index {
             if !host.starts_with('[') {
                 for (i, _) in host.match_indices('.') {
                     if i > 0
-                        && let Some(ids) = self.wildcard.get(&host[i..])
+                        && let Some(bucket) = self.wildcard.get(&host[i..])
                     {
-                        ids.iter().for_each(|&id| f(id, host.len()));
+                        bucket.visible(ns).for_each(|e| f(e.id, host.len()));
                     }
                 }
             }
         }
     }
 
-    /// Calls `f(rule)` for every regex rule matching `r`.
-    pub(crate) fn regex_candidates(&self, r: &Reference, mut f: impl FnMut(RuleId)) {
-        match &self.regex_set {
-            Some(set) => set
-                .matches(r.as_str())
-                .iter()
-                .for_each(|i| f(self.regex_ids[i])),
-            None => {
-                for (re, &id) in self.regexes.iter().zip(&self.regex_ids) {
-                    if re.is_match(r.as_str()) {
-                        f(id);
-                    }
-                }
-            }
+    /// Calls `f(rule)` for every regex rule of the namespace scope (`namespaced`) or of
+    /// the cluster scope that matches `r`.
+    pub(crate) fn regex_candidates(
+        &self,
+        r: &Reference,
+        ns: Option<u32>,
+        namespaced: bool,
+        mut f: impl FnMut(RuleId),
+    ) {
+        let scope = if namespaced { ns } else { Some(0) };
+        let Some(regexes) = scope.and_then(|s| self.regex.get(&s)) else {
+            return;
+        };
+        let s = r.as_str();
+        if let Some(group) = regexes.by_host.get(first_component(s)) {
+            group.matches(s, &mut f);
         }
+        regexes.any.matches(s, &mut f);
     }
 
-    /// Groups of rules with the same pattern.
+    /// Groups of rules of one scope with the same pattern.
     pub(crate) fn buckets(&self) -> Vec<Vec<RuleId>> {
-        let mut out: Vec<Vec<RuleId>> =
-            [&self.exact, &self.repository, &self.prefix, &self.wildcard]
-                .into_iter()
-                .flat_map(|m| m.values())
-                .filter(|ids| ids.len() > 1)
-                .cloned()
-                .collect();
-        let mut by_pattern: foldhash::HashMap<&str, Vec<RuleId>> = Default::default();
-        for (re, &id) in self.regexes.iter().zip(&self.regex_ids) {
-            by_pattern.entry(re.as_str()).or_default().push(id);
+        let mut out = Vec::new();
+        for bucket in self.literal.values().chain(self.wildcard.values()) {
+            let mut groups: BTreeMap<(u32, u8), Vec<RuleId>> = BTreeMap::new();
+            for e in &bucket.entries {
+                groups
+                    .entry((e.scope, e.kind as u8))
+                    .or_default()
+                    .push(e.id);
+            }
+            out.extend(groups.into_values().filter(|ids| ids.len() > 1));
         }
-        out.extend(by_pattern.into_values().filter(|ids| ids.len() > 1));
+        for scope in self.regex.values() {
+            let mut by_pattern: BTreeMap<&str, Vec<RuleId>> = BTreeMap::new();
+            for group in scope.by_host.values().chain(std::iter::once(&scope.any)) {
+                for (re, &id) in group.regexes.iter().zip(&group.ids) {
+                    by_pattern.entry(re.as_str()).or_default().push(id);
+                }
+            }
+            out.extend(by_pattern.into_values().filter(|ids| ids.len() > 1));
+        }
         out
     }
 }
@@ -157,7 +307,7 @@ fn for_each_boundary(r: &Reference, mut f: impl FnMut(usize)) {
 /// linear scan uses.
 pub(crate) fn matches(pattern: &Pattern, r: &Reference) -> Option<usize> {
     match pattern {
-        Pattern::Exact(k) => (r.exact_key().as_ref() == k).then_some(0),
+        Pattern::Exact(k) => (r.exact_key() == k).then_some(0),
         Pattern::Repository(k) => (r.name() == k).then_some(0),
         Pattern::Prefix(p) => {
             let mut hit = None;

@@ -192,8 +192,7 @@ struct Rank {
 pub struct RuleSet {
     mappings: Vec<CompiledMapping>,
     rules: Vec<CompiledRule>,
-    namespaced: foldhash::HashMap<String, Index>,
-    cluster: Index,
+    index: Index,
     problems: Vec<RuleProblem>,
     allowed_registries: Option<Vec<String>>,
 }
@@ -304,17 +303,15 @@ impl RuleSet {
                     pattern,
                     action,
                 });
-                let idx = match (&key.scope, &key.namespace) {
-                    (Scope::Namespaced, Some(ns)) => set.namespaced.entry(ns.clone()).or_default(),
-                    _ => &mut set.cluster,
-                };
-                idx.insert(id, &set.rules[id as usize], input.priority);
+                set.index.insert(
+                    id,
+                    &set.rules[id as usize],
+                    key.namespace.as_deref(),
+                    input.priority,
+                );
             }
         }
-        set.cluster.finish();
-        for idx in set.namespaced.values_mut() {
-            idx.finish();
-        }
+        set.index.finish();
         set.find_static_conflicts();
         set.problems.sort();
         set.problems.dedup();
@@ -441,29 +438,26 @@ impl RuleSet {
     /// (regex rules are matched as one automaton, and only when they could win).
     pub fn find(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Vec<RuleId> {
         let mut best = Best::default();
-        let indexes = [
-            (self.namespaced.get(who.namespace), Scope::Namespaced),
-            (Some(&self.cluster), Scope::Cluster),
-        ];
-        for (idx, _) in &indexes {
-            if let Some(idx) = idx {
-                idx.literal_candidates(r, |id, len| best.consider(self, id, len, who, mode));
-            }
-        }
-        for (idx, scope) in &indexes {
-            let Some(idx) = idx else { continue };
-            let Some(max_priority) = idx.regex_max_priority() else {
+        let ns = self.index.namespace(who.namespace);
+        self.index
+            .literal_candidates(r, ns, |id, len| best.consider(self, id, len, who, mode));
+        let [ns_max, cluster_max] = self.index.regex_max_priority(ns);
+        for (max_priority, scope) in [(ns_max, Scope::Namespaced), (cluster_max, Scope::Cluster)] {
+            let Some(max_priority) = max_priority else {
                 continue;
             };
             let floor = Rank {
                 priority: Reverse(max_priority),
-                scope: *scope,
+                scope,
                 kind: MatchKind::Regex,
                 prefix_len: Reverse(0),
                 wildcard: false,
             };
             if best.rank.is_none_or(|b| floor <= b) {
-                idx.regex_candidates(r, |id| best.consider(self, id, 0, who, mode));
+                self.index
+                    .regex_candidates(r, ns, scope == Scope::Namespaced, |id| {
+                        best.consider(self, id, 0, who, mode)
+                    });
             }
         }
         best.finish(self)
@@ -530,17 +524,11 @@ impl RuleSet {
     /// rewrite differently: they conflict for every VM either applies to.
     fn find_static_conflicts(&mut self) {
         let mut found = Vec::new();
-        let indexes = self
-            .namespaced
-            .values()
-            .chain(std::iter::once(&self.cluster));
-        for idx in indexes {
-            for bucket in idx.buckets() {
-                for (i, &a) in bucket.iter().enumerate() {
-                    for &b in &bucket[i + 1..] {
-                        if self.statically_conflict(a, b) {
-                            found.push((a, b));
-                        }
+        for bucket in self.index.buckets() {
+            for (i, &a) in bucket.iter().enumerate() {
+                for &b in &bucket[i + 1..] {
+                    if self.statically_conflict(a, b) {
+                        found.push((a, b));
                     }
                 }
             }

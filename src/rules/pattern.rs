@@ -78,7 +78,7 @@ impl Pattern {
         }
         match *kind {
             "exact" => Reference::parse_normalized(value)
-                .map(|r| Pattern::Exact(r.exact_key().into_owned()))
+                .map(|r| Pattern::Exact(r.exact_key().to_string()))
                 .map_err(|e| format!("match.exact {value:?} is not an image reference: {e}")),
             "repository" => {
                 let r = Reference::parse_normalized(value).map_err(|e| {
@@ -166,7 +166,7 @@ mod tests {
     fn patterns_are_normalized_like_references() {
         assert_eq!(
             compiled("exact", "busybox").unwrap(),
-            "docker.io/library/busybox:latest"
+            "docker.io/library/busybox"
         );
         assert_eq!(
             compiled("exact", "busybox:1.36").unwrap(),
