@@ -66,8 +66,8 @@ pub(crate) struct Index {
     literal: Map,
     /// `*.domain` wildcards, by `.domain`.
     wildcard: Map,
-    /// Regex rules by scope.
-    regex: foldhash::HashMap<u32, RegexScope>,
+    /// Regex rules by scope (index 0: cluster; i: the i-th interned namespace).
+    regex: Vec<Option<RegexScope>>,
 }
 
 #[derive(Debug, Default)]
@@ -157,7 +157,11 @@ impl Index {
             Pattern::Prefix(k) => (&mut self.literal, k, LiteralKind::Prefix),
             Pattern::Wildcard(k) => (&mut self.wildcard, k, LiteralKind::Wildcard),
             Pattern::Regex(re) => {
-                let regexes = self.regex.entry(scope).or_insert_with(|| RegexScope {
+                let slot = scope as usize;
+                if self.regex.len() <= slot {
+                    self.regex.resize_with(slot + 1, || None);
+                }
+                let regexes = self.regex[slot].get_or_insert_with(|| RegexScope {
                     max_priority: priority,
                     ..RegexScope::default()
                 });
@@ -178,7 +182,7 @@ impl Index {
 
     /// Builds the regex automata once every rule is inserted.
     pub(crate) fn finish(&mut self) {
-        for scope in self.regex.values_mut() {
+        for scope in self.regex.iter_mut().flatten() {
             scope.any.finish();
             scope.by_host.values_mut().for_each(RegexGroup::finish);
         }
@@ -187,7 +191,12 @@ impl Index {
     /// Highest priority of the regex rules visible from namespace scope `ns`, with whether
     /// it is namespaced.
     pub(crate) fn regex_max_priority(&self, ns: Option<u32>) -> [Option<i32>; 2] {
-        let of = |scope: u32| self.regex.get(&scope).map(|r| r.max_priority);
+        let of = |scope: u32| {
+            self.regex
+                .get(scope as usize)
+                .and_then(Option::as_ref)
+                .map(|r| r.max_priority)
+        };
         [ns.and_then(of), of(0)]
     }
 
@@ -242,7 +251,10 @@ impl Index {
         mut f: impl FnMut(RuleId),
     ) {
         let scope = if namespaced { ns } else { Some(0) };
-        let Some(regexes) = scope.and_then(|s| self.regex.get(&s)) else {
+        let Some(regexes) = scope
+            .and_then(|s| self.regex.get(s as usize))
+            .and_then(Option::as_ref)
+        else {
             return;
         };
         let s = r.as_str();
@@ -265,7 +277,7 @@ impl Index {
             }
             out.extend(groups.into_values().filter(|ids| ids.len() > 1));
         }
-        for scope in self.regex.values() {
+        for scope in self.regex.iter().flatten() {
             let mut by_pattern: BTreeMap<&str, Vec<RuleId>> = BTreeMap::new();
             for group in scope.by_host.values().chain(std::iter::once(&scope.any)) {
                 for (re, &id) in group.regexes.iter().zip(&group.ids) {

@@ -160,6 +160,9 @@ pub const MAX_RULES: usize = 256;
 /// Index of a compiled rule in a [`RuleSet`].
 pub type RuleId = u32;
 
+/// The winning rule first, then the rules tied with it; empty when no rule matched.
+pub type Winners = smallvec::SmallVec<[RuleId; 4]>;
+
 #[derive(Debug, Clone)]
 struct CompiledMapping {
     key: MappingKey,
@@ -436,7 +439,7 @@ impl RuleSet {
     /// The winning rule for `r` and the rules tied with it, without rewriting.
     /// Cost depends on the number of components of `r`, not on the number of rules
     /// (regex rules are matched as one automaton, and only when they could win).
-    pub fn find(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Vec<RuleId> {
+    pub fn find(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Winners {
         let mut best = Best::default();
         let ns = self.index.namespace(who.namespace);
         self.index
@@ -470,7 +473,7 @@ impl RuleSet {
         self.outcome(r, winners)
     }
 
-    fn outcome(&self, r: &Reference, winners: Vec<RuleId>) -> Resolution {
+    fn outcome(&self, r: &Reference, winners: Winners) -> Resolution {
         let Some((&first, rest)) = winners.split_first() else {
             return Resolution {
                 resolved: Ok(r.clone()),
@@ -503,9 +506,9 @@ impl RuleSet {
         Ok(out)
     }
 
-    /// Resolution by scanning every rule: the reference behaviour the index must equal,
+    /// Matching by scanning every rule: the reference behaviour the index must equal,
     /// and the baseline of the benchmark.
-    pub fn resolve_linear(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Resolution {
+    pub fn find_linear(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Winners {
         let mut best = Best::default();
         for (i, rule) in self.rules.iter().enumerate() {
             let key = &self.mappings[rule.mapping].key;
@@ -516,7 +519,12 @@ impl RuleSet {
                 best.consider(self, i as RuleId, len, who, mode);
             }
         }
-        let winners = best.finish(self);
+        best.finish(self)
+    }
+
+    /// [`RuleSet::resolve`] on top of [`RuleSet::find_linear`].
+    pub fn resolve_linear(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Resolution {
+        let winners = self.find_linear(r, who, mode);
         self.outcome(r, winners)
     }
 
@@ -560,7 +568,7 @@ impl RuleSet {
 #[derive(Default)]
 struct Best {
     rank: Option<Rank>,
-    winners: Vec<RuleId>,
+    winners: Winners,
 }
 
 impl Best {
@@ -587,7 +595,7 @@ impl Best {
         }
     }
 
-    fn finish(mut self, set: &RuleSet) -> Vec<RuleId> {
+    fn finish(mut self, set: &RuleSet) -> Winners {
         if self.winners.len() > 1 {
             self.winners.sort_by(|&a, &b| set.tie_order(a, b));
         }
