@@ -578,6 +578,9 @@ mod tests {
                 "localhost:5000/x:1",
             ),
             ("foo_bar.com/x", "", "foo_bar.com/x", "foo_bar.com/x"),
+            // As in Docker, the familiar form of a Docker Hub path whose first component
+            // looks like a host reads back as another registry.
+            ("docker.io/a.b/c", "docker.io", "a.b/c", "a.b/c"),
         ];
         for (input, domain, path, familiar) in cases {
             let r = Reference::parse_normalized(input).unwrap();
@@ -647,8 +650,6 @@ mod tests {
             if let Ok(r) = Reference::parse_normalized(&s) {
                 let again = Reference::parse_normalized(r.as_str()).unwrap();
                 proptest::prop_assert_eq!(&again, &r);
-                let familiar = Reference::parse_normalized(&r.familiar()).unwrap();
-                proptest::prop_assert_eq!(&familiar, &r);
             }
         }
     }

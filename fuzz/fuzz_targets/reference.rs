@@ -11,7 +11,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = Reference::parse_normalized(s) {
         let again = Reference::parse_normalized(r.as_str()).expect("a normalized reference re-parses");
         assert_eq!(again, r, "re-parsing {:?} (from {s:?}) changed it", r.as_str());
-        let familiar = Reference::parse_normalized(&r.familiar()).expect("the familiar form parses");
-        assert_eq!(familiar, r, "the familiar form {:?} of {s:?} normalizes back", r.familiar());
+        // The familiar form is not always a fixed point, in Docker either: the familiar
+        // form of docker.io/a.b/c is a.b/c, whose first component reads as a registry.
+        let _ = r.familiar();
     }
 });
