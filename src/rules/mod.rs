@@ -433,7 +433,8 @@ impl RuleSet {
             &self.mappings[ra.mapping].key,
             &self.mappings[rb.mapping].key,
         );
-        (&ma.name, ra.index).cmp(&(&mb.name, rb.index))
+        // The rule id settles inputs that repeat a mapping name, which a cluster never holds.
+        (&ma.name, ra.index, a).cmp(&(&mb.name, rb.index, b))
     }
 
     /// The winning rule for `r` and the rules tied with it, without rewriting.
