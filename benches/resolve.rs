@@ -100,6 +100,9 @@ fn queries(n: usize) -> Vec<Reference> {
     out
 }
 
+/// One way of handling one reference, timed per reference.
+type Run<'a> = dyn Fn(&Reference) + 'a;
+
 fn bench(c: &mut Criterion) {
     let no_labels = BTreeMap::new();
     let who = Requester {
@@ -118,34 +121,25 @@ fn bench(c: &mut Criterion) {
             );
         }
         group.throughput(criterion::Throughput::Elements(refs.len() as u64));
-        group.bench_with_input(BenchmarkId::new("index_find", n), &refs, |b, refs| {
-            b.iter(|| {
-                for r in refs {
-                    black_box(set.find(black_box(r), &who, Mode::Live));
-                }
-            })
-        });
-        group.bench_with_input(BenchmarkId::new("linear_find", n), &refs, |b, refs| {
-            b.iter(|| {
-                for r in refs {
-                    black_box(set.find_linear(black_box(r), &who, Mode::Live));
-                }
-            })
-        });
-        group.bench_with_input(BenchmarkId::new("index_resolve", n), &refs, |b, refs| {
-            b.iter(|| {
-                for r in refs {
-                    black_box(set.resolve(black_box(r), &who, Mode::Live));
-                }
-            })
-        });
-        group.bench_with_input(BenchmarkId::new("linear_resolve", n), &refs, |b, refs| {
-            b.iter(|| {
-                for r in refs {
-                    black_box(set.resolve_linear(black_box(r), &who, Mode::Live));
-                }
-            })
-        });
+        let cases: [(&str, &Run); 4] = [
+            ("index_find", &|r| {
+                drop(black_box(set.find(r, &who, Mode::Live)))
+            }),
+            ("linear_find", &|r| {
+                drop(black_box(set.find_linear(r, &who, Mode::Live)))
+            }),
+            ("index_resolve", &|r| {
+                drop(black_box(set.resolve(r, &who, Mode::Live)))
+            }),
+            ("linear_resolve", &|r| {
+                drop(black_box(set.resolve_linear(r, &who, Mode::Live)))
+            }),
+        ];
+        for (name, run) in cases {
+            group.bench_with_input(BenchmarkId::new(name, n), &refs, |b, refs| {
+                b.iter(|| refs.iter().for_each(|r| run(black_box(r))))
+            });
+        }
     }
     group.finish();
 }

@@ -14,14 +14,6 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-/// File name of a CRD in `crds/`: `<plural>.<group>.yaml`.
-pub fn file_name(crd: &CustomResourceDefinition) -> String {
-    format!(
-        "{}.yaml",
-        crd.spec.names.plural.clone() + "." + &crd.spec.group
-    )
-}
-
 /// One CRD as a YAML document.
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml_ng::Error> {
     serde_yaml_ng::to_string(crd)

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use kube::Resource;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::api::{ClusterImageMapping, GROUP, ImageMapping, VERSION, VirtualMachine};
 
@@ -111,27 +113,21 @@ impl Manifests {
         }
         let ours = api_version == format!("{GROUP}/{VERSION}");
         let described = format!("{kind} {name:?}");
+        if ours && name.is_empty() {
+            return Err(format!("{described} has no metadata.name"));
+        }
         let parse_err = |e: serde_json::Error| format!("{described} is not valid: {e}");
         match kind.as_str() {
             "ImageMapping" if ours => {
-                let mut m: ImageMapping = serde_json::from_value(value).map_err(parse_err)?;
-                require_name(&m.metadata.name, &described)?;
-                m.metadata
-                    .namespace
-                    .get_or_insert_with(|| default_namespace.to_string());
+                let m = parse_object(value, Some(default_namespace)).map_err(parse_err)?;
                 self.image_mappings.push(m);
             }
             "ClusterImageMapping" if ours => {
-                let m: ClusterImageMapping = serde_json::from_value(value).map_err(parse_err)?;
-                require_name(&m.metadata.name, &described)?;
+                let m = parse_object(value, None).map_err(parse_err)?;
                 self.cluster_image_mappings.push(m);
             }
             "VirtualMachine" if ours => {
-                let mut vm: VirtualMachine = serde_json::from_value(value).map_err(parse_err)?;
-                require_name(&vm.metadata.name, &described)?;
-                vm.metadata
-                    .namespace
-                    .get_or_insert_with(|| default_namespace.to_string());
+                let vm = parse_object(value, Some(default_namespace)).map_err(parse_err)?;
                 self.virtual_machines.push(vm);
             }
             "Namespace" if api_version == "v1" => {
@@ -150,11 +146,19 @@ impl Manifests {
     }
 }
 
-fn require_name(name: &Option<String>, described: &str) -> Result<(), String> {
-    match name {
-        Some(n) if !n.is_empty() => Ok(()),
-        _ => Err(format!("{described} has no metadata.name")),
+/// Deserializes an object; a namespaced one without namespace gets `default_namespace`.
+fn parse_object<K: Resource + DeserializeOwned>(
+    value: serde_json::Value,
+    default_namespace: Option<&str>,
+) -> Result<K, serde_json::Error> {
+    let mut object: K = serde_json::from_value(value)?;
+    if let Some(ns) = default_namespace {
+        object
+            .meta_mut()
+            .namespace
+            .get_or_insert_with(|| ns.to_string());
     }
+    Ok(object)
 }
 
 fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {

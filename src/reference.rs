@@ -269,33 +269,27 @@ impl Reference {
         out
     }
 
-    /// Byte lengths of every prefix of [`Reference::to_string`] that ends on a
-    /// component boundary, shortest first: the registry (`host:port` is one
-    /// component), each path component, the tag, and the whole reference.
-    pub fn boundaries(&self) -> Vec<usize> {
-        let mut out = Vec::with_capacity(6);
-        let mut len = 0;
-        if !self.domain.is_empty() {
-            len = self.domain.len();
-            out.push(len);
-            len += 1;
+    /// Calls `f(n)` for each length `n` such that `self.as_str()[..n]` ends on a
+    /// component boundary, shortest first: after the registry (`host:port` is one
+    /// component), after each path component, after the tag, and at the end.
+    pub fn for_each_boundary(&self, mut f: impl FnMut(usize)) {
+        let name_len = self.name_len();
+        let path_start = if self.domain.is_empty() {
+            0
+        } else {
+            f(self.domain.len());
+            self.domain.len() + 1
+        };
+        for (i, _) in self.full[path_start..name_len].match_indices('/') {
+            f(path_start + i);
         }
-        for (i, component) in self.path.split('/').enumerate() {
-            if i > 0 {
-                len += 1;
-            }
-            len += component.len();
-            out.push(len);
-        }
+        f(name_len);
         if let Some(tag) = &self.tag {
-            len += 1 + tag.len();
-            out.push(len);
+            f(name_len + 1 + tag.len());
         }
-        if let Some(digest) = &self.digest {
-            len += 1 + digest.len();
-            out.push(len);
+        if self.digest.is_some() {
+            f(self.full.len());
         }
-        out
     }
 
     /// This reference with `tag` and `digest` replaced.
@@ -592,9 +586,13 @@ mod tests {
 
     #[test]
     fn boundaries_treat_host_and_port_as_one_component() {
+        let prefixes_of = |r: &Reference| {
+            let mut out = Vec::new();
+            r.for_each_boundary(|n| out.push(r.as_str()[..n].to_string()));
+            out
+        };
         let r = Reference::parse_normalized("example.com:5000/a/b:1").unwrap();
-        let s = r.to_string();
-        let prefixes: Vec<&str> = r.boundaries().iter().map(|&n| &s[..n]).collect();
+        let prefixes = prefixes_of(&r);
         assert_eq!(
             prefixes,
             [
@@ -605,9 +603,8 @@ mod tests {
             ]
         );
         let d = Reference::parse_normalized(&format!("[::1]:5/x@sha256:{H64}")).unwrap();
-        let s = d.to_string();
-        let prefixes: Vec<&str> = d.boundaries().iter().map(|&n| &s[..n]).collect();
-        assert_eq!(prefixes, ["[::1]:5", "[::1]:5/x", s.as_str()]);
+        let prefixes = prefixes_of(&d);
+        assert_eq!(prefixes, ["[::1]:5", "[::1]:5/x", d.as_str()]);
     }
 
     #[test]

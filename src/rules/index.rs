@@ -213,7 +213,7 @@ impl Index {
         if !self.literal.is_empty() {
             let exact_len = r.exact_key().len();
             let name_len = r.name_len();
-            for_each_boundary(r, |n| {
+            r.for_each_boundary(|n| {
                 let Some(bucket) = self.literal.get(&s[..n]) else {
                     return;
                 };
@@ -290,31 +290,6 @@ impl Index {
     }
 }
 
-/// Calls `f(n)` for each length `n` such that `r.as_str()[..n]` ends on a component
-/// boundary: after the registry (`host:port` is one component), after each path
-/// component, after the tag, and at the end.
-fn for_each_boundary(r: &Reference, mut f: impl FnMut(usize)) {
-    let s = r.as_str();
-    let domain_len = r.domain().len();
-    let name_len = r.name_len();
-    let path_start = if domain_len > 0 {
-        f(domain_len);
-        domain_len + 1
-    } else {
-        0
-    };
-    for (i, _) in s[path_start..name_len].match_indices('/') {
-        f(path_start + i);
-    }
-    f(name_len);
-    if let Some(tag) = r.tag() {
-        f(name_len + 1 + tag.len());
-    }
-    if r.digest().is_some() {
-        f(s.len());
-    }
-}
-
 /// Whether `pattern` matches `r`, and the matched prefix length: the one-rule test the
 /// linear scan uses.
 pub(crate) fn matches(pattern: &Pattern, r: &Reference) -> Option<usize> {
@@ -323,7 +298,7 @@ pub(crate) fn matches(pattern: &Pattern, r: &Reference) -> Option<usize> {
         Pattern::Repository(k) => (r.name() == k).then_some(0),
         Pattern::Prefix(p) => {
             let mut hit = None;
-            for_each_boundary(r, |n| {
+            r.for_each_boundary(|n| {
                 if &r.as_str()[..n] == p {
                     hit = Some(n);
                 }

@@ -560,8 +560,8 @@ impl RuleSet {
         ma.priority == mb.priority
             && ma.dry_run == mb.dry_run
             && ra.action != rb.action
-            && format!("{:?}", ma.selector) == format!("{:?}", mb.selector)
-            && format!("{:?}", ma.namespace_selector) == format!("{:?}", mb.namespace_selector)
+            && ma.selector == mb.selector
+            && ma.namespace_selector == mb.namespace_selector
     }
 }
 

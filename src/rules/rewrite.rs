@@ -92,8 +92,7 @@ impl Action {
         }
     }
 
-    /// Applies the action to `r`, which `pattern` matched. `prefix_len` is the length of
-    /// the matched prefix for a literal prefix pattern.
+    /// Applies the action to `r`, which `pattern` matched.
     pub fn apply(&self, r: &Reference, pattern: &Pattern) -> Result<Reference, String> {
         let base = match (&self.to, pattern) {
             (None, _) => r.clone(),

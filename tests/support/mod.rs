@@ -4,7 +4,6 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code; not every test uses every helper
 
-use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -100,9 +99,4 @@ pub async fn fresh_namespace(client: &Client, prefix: &str) -> String {
         .await
         .expect("create namespace");
     name
-}
-
-/// Path of a file under the repository root.
-pub fn repo_path(rel: &str) -> String {
-    Path::new(REPO).join(rel).to_string_lossy().into_owned()
 }
