@@ -3,9 +3,13 @@
 //! The library holds all logic; the `imagemap` binary is a thin command line over it.
 
 pub mod api;
+pub mod api_requests;
 pub mod cli;
 pub mod crds;
 pub mod manifests;
+pub mod mapping_status;
 pub mod reference;
 pub mod rules;
+pub mod runner_pod;
 pub mod vm_images;
+pub mod vm_plan;

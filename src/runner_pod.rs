@@ -1,0 +1,286 @@
+//! The runner pod of a VirtualMachine, built from the VM and its resolved images. Pure.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, Pod, PodSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{ResolvedImage, VirtualMachine};
+use crate::vm_images::{SLOT_EXTRA_PREFIX, SLOT_KERNEL, SLOT_ROOT_DISK, SLOT_RUNNER};
+
+/// Label on every runner pod naming its VirtualMachine.
+pub const VM_LABEL: &str = "imagemap.dev/virtualmachine";
+/// Annotation holding the stable hash of the images a pod runs.
+pub const IMAGES_HASH_ANNOTATION: &str = "imagemap.dev/images-hash";
+/// Annotation holding the VM's `status.restartCount` the pod was created for.
+pub const RESTART_COUNT_ANNOTATION: &str = "imagemap.dev/restart-count";
+/// Grace period when the VM names none, as NeonVM.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 5;
+
+const IMAGES_VOLUME: &str = "virtualmachineimages";
+const IMAGES_PATH: &str = "/vm/images";
+
+/// 64-bit FNV-1a: stable across Rust releases and platforms (unlike `DefaultHasher`).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The stable hash of a set of resolved images: what the images-hash annotation holds.
+/// `None` when a slot is unresolved.
+pub fn images_hash(images: &[ResolvedImage]) -> Option<String> {
+    let mut text = String::new();
+    for img in images {
+        text.push_str(&img.slot);
+        text.push('=');
+        text.push_str(img.resolved.as_deref()?);
+        text.push('\n');
+    }
+    Some(format!("{:016x}", fnv1a(text.as_bytes())))
+}
+
+/// The name of the pod for a VM at a restart count and images hash: deterministic, so a
+/// reconcile that crashed after creating it finds it again (AlreadyExists), and different
+/// for each restart and each set of images.
+pub fn pod_name(vm: &VirtualMachine, restart_count: i32, images_hash: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let uid = vm.uid().unwrap_or_default();
+    let mut h = fnv1a(format!("{uid}/{restart_count}/{images_hash}").as_bytes());
+    let mut suffix = String::new();
+    for _ in 0..5 {
+        suffix.push(char::from(ALPHABET[(h % ALPHABET.len() as u64) as usize]));
+        h /= ALPHABET.len() as u64;
+    }
+    let mut base = vm.name_any();
+    base.truncate(63 - 6);
+    format!("{}-{suffix}", base.trim_end_matches(['-', '.']))
+}
+
+/// Builds the runner pod: init container `init` (root disk), `init-kernel` (when set), the
+/// extra init containers, and container `runner`, with the VM's pod knobs.
+/// Every slot of `images` must be resolved.
+pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) -> Option<Pod> {
+    let hash = images_hash(images)?;
+    let resolved = |slot: &str| {
+        images
+            .iter()
+            .find(|i| i.slot == slot)
+            .and_then(|i| i.resolved.clone())
+    };
+    let spec = &vm.spec;
+    let mount = VolumeMount {
+        name: IMAGES_VOLUME.into(),
+        mount_path: IMAGES_PATH.into(),
+        ..Default::default()
+    };
+    let pull_policy = spec
+        .guest
+        .root_disk
+        .image_pull_policy
+        .map_or("IfNotPresent", |p| p.as_str())
+        .to_string();
+    let mut init_containers = vec![Container {
+        name: "init".into(),
+        image: resolved(SLOT_ROOT_DISK),
+        image_pull_policy: Some(pull_policy.clone()),
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            format!("cp /disk.qcow2 {IMAGES_PATH}/rootdisk.qcow2"),
+        ]),
+        volume_mounts: Some(vec![mount.clone()]),
+        ..Default::default()
+    }];
+    if spec.guest.kernel_image.is_some() {
+        init_containers.push(Container {
+            name: "init-kernel".into(),
+            image: resolved(SLOT_KERNEL),
+            image_pull_policy: Some(pull_policy),
+            command: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                format!("cp /vmlinuz {IMAGES_PATH}/vmlinuz"),
+            ]),
+            volume_mounts: Some(vec![mount.clone()]),
+            ..Default::default()
+        });
+    }
+    for c in &spec.extra_init_containers {
+        let mut c = c.clone();
+        c.image = resolved(&format!("{SLOT_EXTRA_PREFIX}{}", c.name));
+        init_containers.push(c);
+    }
+    let runner = Container {
+        name: "runner".into(),
+        image: resolved(SLOT_RUNNER),
+        resources: spec.pod_resources.clone(),
+        volume_mounts: Some(vec![mount]),
+        ..Default::default()
+    };
+    let mut labels: BTreeMap<String, String> = vm.labels().clone();
+    labels.insert(VM_LABEL.into(), vm.name_any());
+    let annotations = BTreeMap::from([
+        (IMAGES_HASH_ANNOTATION.to_string(), hash.clone()),
+        (
+            RESTART_COUNT_ANNOTATION.to_string(),
+            restart_count.to_string(),
+        ),
+    ]);
+    Some(Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(vm, restart_count, &hash)),
+            namespace: vm.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: vm.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            init_containers: Some(init_containers),
+            containers: vec![runner],
+            volumes: Some(vec![Volume {
+                name: IMAGES_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }]),
+            image_pull_secrets: (!spec.image_pull_secrets.is_empty())
+                .then(|| spec.image_pull_secrets.clone()),
+            scheduler_name: spec.scheduler_name.clone(),
+            node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+            affinity: spec.affinity.clone(),
+            tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+            service_account_name: spec.service_account_name.clone(),
+            termination_grace_period_seconds: Some(
+                spec.termination_grace_period_seconds
+                    .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS),
+            ),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// The images hash a live pod was created with.
+pub fn pod_images_hash(pod: &Pod) -> Option<&str> {
+    pod.annotations()
+        .get(IMAGES_HASH_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// The restart count a live pod was created for.
+pub fn pod_restart_count(pod: &Pod) -> Option<i32> {
+    pod.annotations()
+        .get(RESTART_COUNT_ANNOTATION)
+        .and_then(|s| s.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::VirtualMachineSpec;
+
+    fn vm() -> VirtualMachine {
+        let spec: VirtualMachineSpec = serde_yaml_ng::from_str(
+            "guest: {rootDisk: {image: disk:1, imagePullPolicy: Always}, kernelImage: k:1}\n\
+             extraInitContainers: [{name: setup, image: busybox}]\n\
+             nodeSelector: {zone: a}",
+        )
+        .unwrap();
+        let mut vm = VirtualMachine::new("compute", spec);
+        vm.metadata.namespace = Some("dev".into());
+        vm.metadata.uid = Some("uid-1".into());
+        vm.metadata.labels = Some(BTreeMap::from([("app".to_string(), "db".to_string())]));
+        vm
+    }
+
+    fn images(disk: &str) -> Vec<ResolvedImage> {
+        [
+            ("rootDisk", disk),
+            ("kernel", "docker.io/library/k:1"),
+            ("extraInitContainers/setup", "mirror.io/busybox"),
+            ("runner", "docker.io/neondatabase/neonvm-runner:v1"),
+        ]
+        .into_iter()
+        .map(|(slot, resolved)| ResolvedImage {
+            slot: slot.into(),
+            requested: "x".into(),
+            resolved: Some(resolved.into()),
+            ..Default::default()
+        })
+        .collect()
+    }
+
+    #[test]
+    fn pod_follows_neonvm_layout() {
+        let pod = build(&vm(), &images("mirror.io/disk:1"), 0).unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        let inits: Vec<(&str, &str)> = spec
+            .init_containers
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.name.as_str(), c.image.as_deref().unwrap()))
+            .collect();
+        assert_eq!(
+            inits,
+            [
+                ("init", "mirror.io/disk:1"),
+                ("init-kernel", "docker.io/library/k:1"),
+                ("setup", "mirror.io/busybox")
+            ]
+        );
+        assert_eq!(spec.containers[0].name, "runner");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(5));
+        assert_eq!(
+            spec.init_containers.as_ref().unwrap()[0]
+                .image_pull_policy
+                .as_deref(),
+            Some("Always")
+        );
+        assert_eq!(pod.labels()[VM_LABEL], "compute");
+        assert_eq!(pod.labels()["app"], "db");
+        let owner = &pod.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("VirtualMachine", Some(true))
+        );
+        assert_eq!(pod_restart_count(&pod), Some(0));
+        assert!(pod.name_any().starts_with("compute-"));
+    }
+
+    #[test]
+    fn hash_and_name_are_stable_and_change_with_images_and_restarts() {
+        let a = images_hash(&images("mirror.io/disk:1")).unwrap();
+        assert_eq!(a, images_hash(&images("mirror.io/disk:1")).unwrap());
+        // Pinned: the hash must not change between releases, or every pod would be recreated.
+        assert_eq!(a, format!("{:016x}", fnv1a(b"rootDisk=mirror.io/disk:1\nkernel=docker.io/library/k:1\nextraInitContainers/setup=mirror.io/busybox\nrunner=docker.io/neondatabase/neonvm-runner:v1\n")));
+        assert_eq!(fnv1a(b"a"), 0xaf63dc4c8601ec8c);
+        let b = images_hash(&images("mirror.io/disk:2")).unwrap();
+        assert_ne!(a, b);
+        let v = vm();
+        assert_eq!(pod_name(&v, 0, &a), pod_name(&v, 0, &a));
+        assert_ne!(pod_name(&v, 0, &a), pod_name(&v, 0, &b));
+        assert_ne!(pod_name(&v, 0, &a), pod_name(&v, 1, &a));
+        let mut unresolved = images("x");
+        unresolved[0].resolved = None;
+        assert!(build(&v, &unresolved, 0).is_none());
+    }
+
+    #[test]
+    fn long_vm_names_give_valid_pod_names() {
+        let mut v = vm();
+        v.metadata.name = Some(format!("{}-x", "a".repeat(100)));
+        let name = pod_name(&v, 3, "h");
+        assert!(name.len() <= 63, "{name}");
+        assert!(!name.contains("--"));
+    }
+}

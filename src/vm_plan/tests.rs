@@ -1,0 +1,284 @@
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::api::{ResolvedImage, VirtualMachineSpec};
+
+fn vm(live_reload: bool, policy: &str) -> VirtualMachine {
+    let spec: VirtualMachineSpec = serde_yaml_ng::from_str(&format!(
+        "liveReload: {live_reload}\nrestartPolicy: {policy}\nguest: {{rootDisk: {{image: disk:1}}}}"
+    ))
+    .unwrap();
+    let mut vm = VirtualMachine::new("vm", spec);
+    vm.metadata.namespace = Some("dev".into());
+    vm.metadata.uid = Some("uid-1".into());
+    vm.metadata.generation = Some(1);
+    vm
+}
+
+fn resolution(disk: &str) -> VmResolution {
+    let img = |slot: &str, r: &str| ResolvedImage {
+        slot: slot.into(),
+        requested: r.into(),
+        resolved: Some(r.into()),
+        ..Default::default()
+    };
+    VmResolution {
+        images: vec![img("rootDisk", disk), img("runner", "docker.io/x/runner:1")],
+        conflicts: vec![vec![], vec![]],
+    }
+}
+
+fn now() -> Time {
+    Time(Timestamp::from_second(1_800_000_000).unwrap())
+}
+
+fn run(vm: &VirtualMachine, pods: &[Pod], res: &VmResolution) -> Plan {
+    plan(&Observation {
+        vm,
+        pods: pods.iter().collect(),
+        resolution: res,
+        expected_pod: None,
+        now: now(),
+    })
+}
+
+/// Applies a plan as the reconciler and the API server would: status written, pods created
+/// and deleted (deletion of an unscheduled pod is immediate).
+fn apply(vm: &mut VirtualMachine, pods: &mut Vec<Pod>, plan: &Plan) {
+    vm.status = Some(plan.status.clone());
+    for a in &plan.actions {
+        match a {
+            PodAction::Create(p) => pods.push((**p).clone()),
+            PodAction::Delete { name, .. } => pods.retain(|p| &p.name_any() != name),
+        }
+    }
+}
+
+fn set_pod_phase(pod: &mut Pod, phase: &str, runner_ready: bool) {
+    pod.status = Some(PodStatus {
+        phase: Some(phase.into()),
+        container_statuses: Some(vec![ContainerStatus {
+            name: "runner".into(),
+            ready: runner_ready,
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+}
+
+fn cond<'a>(p: &'a Plan, ty: &str) -> &'a Condition {
+    p.status.conditions.iter().find(|c| c.type_ == ty).unwrap()
+}
+
+#[test]
+fn new_vm_gets_a_pod_and_steady_state_changes_nothing() {
+    let mut v = vm(false, "Always");
+    let mut pods = Vec::new();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(matches!(&p.actions[..], [PodAction::Create(_)]));
+    assert_eq!(p.status.phase, Some(VmPhase::Pending));
+    assert_eq!(p.events[0].reason, "PodCreated");
+    apply(&mut v, &mut pods, &p);
+    assert_eq!(p.status.pod_name, Some(pods[0].name_any()));
+
+    set_pod_phase(&mut pods[0], "Running", true);
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(p.actions.is_empty());
+    assert_eq!(p.status.phase, Some(VmPhase::Running));
+    assert_eq!(cond(&p, "Ready").status, "True");
+    apply(&mut v, &mut pods, &p);
+    // Steady state: the same observation plans the same status, no action, no event.
+    let again = run(&v, &pods, &resolution("disk:1"));
+    assert_eq!(Some(&again.status), v.status.as_ref());
+    assert!(again.actions.is_empty() && again.events.is_empty());
+}
+
+#[test]
+fn live_reload_deletes_then_creates_with_new_images() {
+    let mut v = vm(true, "Always");
+    let mut pods = Vec::new();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    apply(&mut v, &mut pods, &p);
+    let old = pods[0].name_any();
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(
+        matches!(&p.actions[..], [PodAction::Delete { recreate: true, name, .. }] if *name == old)
+    );
+    assert_eq!(p.events[0].reason, "PodRecreated");
+    assert!(
+        p.events[0].message.contains("rootDisk: disk:1 → disk:2"),
+        "{}",
+        p.events[0].message
+    );
+    assert_eq!(cond(&p, "ImagesCurrent").reason, "Recreating");
+    apply(&mut v, &mut pods, &p);
+    assert!(pods.is_empty());
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(matches!(&p.actions[..], [PodAction::Create(_)]));
+    apply(&mut v, &mut pods, &p);
+    assert_eq!(pods.len(), 1);
+    assert_ne!(pods[0].name_any(), old);
+    assert_eq!(pod_images(&pods[0])["rootDisk"], "disk:2");
+    assert_eq!(v.status.as_ref().unwrap().restart_count, 0);
+}
+
+#[test]
+fn without_live_reload_the_pod_stays_and_a_restart_is_required() {
+    let mut v = vm(false, "Always");
+    let mut pods = Vec::new();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    apply(&mut v, &mut pods, &p);
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(p.actions.is_empty());
+    let c = cond(&p, "ImagesCurrent");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "RestartRequired")
+    );
+    assert_eq!(p.events.len(), 1);
+    assert_eq!(p.events[0].reason, "RestartRequired");
+    apply(&mut v, &mut pods, &p);
+    // Reported once, not on every reconcile.
+    assert!(run(&v, &pods, &resolution("disk:2")).events.is_empty());
+}
+
+#[test]
+fn restart_policy_decides_what_follows_a_finished_pod() {
+    for (policy, phase, restarts) in [
+        ("Always", "Succeeded", true),
+        ("Always", "Failed", true),
+        ("OnFailure", "Failed", true),
+        ("OnFailure", "Succeeded", false),
+        ("Never", "Failed", false),
+    ] {
+        let mut v = vm(false, policy);
+        let mut pods = Vec::new();
+        let p = run(&v, &pods, &resolution("disk:1"));
+        apply(&mut v, &mut pods, &p);
+        set_pod_phase(&mut pods[0], phase, false);
+        let p = run(&v, &pods, &resolution("disk:1"));
+        apply(&mut v, &mut pods, &p);
+        if restarts {
+            assert!(
+                pods.is_empty(),
+                "{policy}/{phase}: the finished pod is deleted first"
+            );
+            let p = run(&v, &pods, &resolution("disk:1"));
+            apply(&mut v, &mut pods, &p);
+            assert_eq!(pods.len(), 1);
+            assert_eq!(
+                v.status.as_ref().unwrap().restart_count,
+                1,
+                "{policy}/{phase}"
+            );
+            assert_eq!(v.status.as_ref().unwrap().phase, Some(VmPhase::Pending));
+        } else {
+            assert_eq!(pods.len(), 1, "{policy}/{phase}: the finished pod stays");
+            assert_eq!(v.status.as_ref().unwrap().restart_count, 0);
+            assert_eq!(phase_str(v.status.as_ref().unwrap().phase.unwrap()), phase);
+        }
+    }
+}
+
+#[test]
+fn a_vanished_pod_is_replaced_per_policy() {
+    // Pending: simply created again, no restart.
+    let mut v = vm(false, "Never");
+    let mut pods = Vec::new();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    apply(&mut v, &mut pods, &p);
+    pods.clear();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(matches!(&p.actions[..], [PodAction::Create(_)]));
+    // Running: the VM failed; Never keeps it failed, Always restarts with restartCount + 1.
+    for (policy, restarts) in [("Never", false), ("Always", true)] {
+        let mut v = vm(false, policy);
+        let mut pods = Vec::new();
+        let p = run(&v, &pods, &resolution("disk:1"));
+        apply(&mut v, &mut pods, &p);
+        set_pod_phase(&mut pods[0], "Running", true);
+        let p = run(&v, &pods, &resolution("disk:1"));
+        apply(&mut v, &mut pods, &p);
+        pods.clear();
+        let p = run(&v, &pods, &resolution("disk:1"));
+        if restarts {
+            assert!(matches!(&p.actions[..], [PodAction::Create(_)]));
+            assert_eq!(p.status.restart_count, 1);
+        } else {
+            assert!(p.actions.is_empty());
+            assert_eq!(p.status.phase, Some(VmPhase::Failed));
+        }
+    }
+}
+
+#[test]
+fn stale_and_terminating_pods_block_creation() {
+    let mut v = vm(false, "Always");
+    let mut pods = Vec::new();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    apply(&mut v, &mut pods, &p);
+    // A crash after the restart count was persisted, before the old pod was deleted.
+    v.status.as_mut().unwrap().restart_count = 1;
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(
+        matches!(&p.actions[..], [PodAction::Delete { .. }]),
+        "{:?}",
+        p.actions
+    );
+    assert!(p.waiting);
+    // A terminating pod: wait, never a second pod.
+    pods[0].metadata.deletion_timestamp = Some(now());
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(p.actions.is_empty() && p.waiting);
+    // A pod created but not yet in the cache: wait.
+    let p = plan(&Observation {
+        vm: &v,
+        pods: vec![],
+        resolution: &resolution("disk:1"),
+        expected_pod: Some("x"),
+        now: now(),
+    });
+    assert!(p.actions.is_empty() && p.waiting);
+}
+
+#[test]
+fn unresolved_images_leave_the_pod_alone_and_say_why() {
+    let mut v = vm(true, "Always");
+    let mut pods = Vec::new();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    apply(&mut v, &mut pods, &p);
+    let mut bad = resolution("disk:1");
+    bad.images[0].resolved = None;
+    bad.images[0].error = Some("rewrite produced \"X\"".into());
+    let p = run(&v, &pods, &bad);
+    assert!(p.actions.is_empty());
+    let c = cond(&p, "ImagesResolved");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "InvalidRewrite")
+    );
+    assert!(c.message.contains("rootDisk: rewrite produced"));
+    assert_eq!(p.events[0].reason, "InvalidRewrite");
+    // A new VM whose images do not resolve gets no pod.
+    let p = run(&vm(true, "Always"), &[], &bad);
+    assert!(p.actions.is_empty());
+}
+
+#[test]
+fn transition_times_are_kept_while_a_condition_holds() {
+    let mut v = vm(false, "Always");
+    let mut pods = Vec::new();
+    let p = run(&v, &pods, &resolution("disk:1"));
+    apply(&mut v, &mut pods, &p);
+    let later = Time(Timestamp::from_second(1_900_000_000).unwrap());
+    let p2 = plan(&Observation {
+        vm: &v,
+        pods: pods.iter().collect(),
+        resolution: &resolution("disk:1"),
+        expected_pod: None,
+        now: later,
+    });
+    assert_eq!(p2.status, p.status);
+}
