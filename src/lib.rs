@@ -8,6 +8,7 @@ pub mod cli;
 pub mod crds;
 pub mod manifests;
 pub mod mapping_status;
+pub mod operator;
 pub mod reference;
 pub mod rules;
 pub mod runner_pod;

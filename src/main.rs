@@ -12,6 +12,25 @@ fn main() -> ExitCode {
             &mut std::io::stdout().lock(),
             &mut std::io::stderr().lock(),
         ),
+        Command::Run(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            let runtime = tokio::runtime::Runtime::new();
+            match runtime
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(imagemap::cli::run::run(&args)))
+            {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    1
+                }
+            }
+        }
         Command::Crds => match imagemap::crds::all_yaml() {
             Ok(yaml) => match std::io::stdout().lock().write_all(yaml.as_bytes()) {
                 Ok(()) => 0,

@@ -1,6 +1,7 @@
 //! The `imagemap` command line.
 
 pub mod resolve;
+pub mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -18,4 +19,6 @@ pub enum Command {
     Resolve(resolve::ResolveArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
+    /// Run the operator against the cluster of KUBECONFIG (or in-cluster credentials).
+    Run(run::RunArgs),
 }

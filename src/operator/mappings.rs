@@ -1,0 +1,197 @@
+//! Mapping changes: recompile the rules, re-reconcile exactly the VMs whose resolution
+//! changed, and keep every mapping's status current.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::{Context, FIELD_MANAGER};
+use crate::api::{ClusterImageMapping, ImageMapping, ImageMappingStatus, VirtualMachine};
+use crate::mapping_status::{self, MappingView, VmView};
+use crate::rules::{MappingKey, Scope};
+
+/// Recompiles the rules from the caches and asks for a reconcile of every VM whose images
+/// resolve differently under the new rules than under the last compiled ones — which also
+/// covers mappings deleted or changed while a watch was down.
+pub fn apply_rule_change(ctx: &Context, trigger: &UnboundedSender<ObjectRef<VirtualMachine>>) {
+    let (old, new) = ctx.recompile();
+    let vms = ctx.vms.state();
+    let labels: BTreeMap<String, BTreeMap<String, String>> = vms
+        .iter()
+        .filter_map(|vm| vm.namespace())
+        .map(|ns| {
+            let l = ctx.namespace_labels(&ns);
+            (ns, l)
+        })
+        .collect();
+    let empty = BTreeMap::new();
+    let views = vms
+        .iter()
+        .filter(|vm| ctx.in_scope(&vm.namespace().unwrap_or_default()))
+        .map(|vm| VmView {
+            vm: vm.as_ref(),
+            namespace_labels: vm
+                .namespace()
+                .and_then(|ns| labels.get(&ns))
+                .unwrap_or(&empty),
+        });
+    let affected =
+        mapping_status::affected_vms(&old, &new, views, &ctx.options.default_runner_image);
+    tracing::debug!(
+        affected = affected.len(),
+        rules = new.len(),
+        "rules recompiled"
+    );
+    for vm in affected {
+        let _ = trigger.unbounded_send(ObjectRef::from_obj(vm));
+    }
+    ctx.mapping_status.notify_one();
+}
+
+/// Asks for a reconcile of every VM of a namespace (its labels changed).
+pub fn apply_namespace_change(
+    ctx: &Context,
+    namespace: &str,
+    trigger: &UnboundedSender<ObjectRef<VirtualMachine>>,
+) {
+    for vm in ctx.vms.state() {
+        if vm.namespace().as_deref() == Some(namespace) {
+            let _ = trigger.unbounded_send(ObjectRef::from_obj(vm.as_ref()));
+        }
+    }
+}
+
+fn now() -> Time {
+    let secs = Timestamp::now().as_second();
+    Time(Timestamp::from_second(secs).unwrap_or_else(|_| Timestamp::now()))
+}
+
+/// Keeps the status of every mapping current; writes only those that changed.
+pub async fn status_loop(ctx: Arc<Context>) {
+    loop {
+        ctx.mapping_status.notified().await;
+        // Coalesce a burst of VM reconciles into one pass.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Err(e) = write_statuses(&ctx).await {
+            tracing::warn!(error = %e, "writing mapping statuses");
+            ctx.mapping_status.notify_one();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+}
+
+async fn write_statuses(ctx: &Context) -> Result<(), kube::Error> {
+    let rules = ctx.rules();
+    let mappings = ctx.mappings.state();
+    let cluster = ctx.cluster_mappings.state();
+    let vms = ctx.vms.state();
+    let labels: BTreeMap<String, BTreeMap<String, String>> = vms
+        .iter()
+        .filter_map(|vm| vm.namespace())
+        .map(|ns| {
+            let l = ctx.namespace_labels(&ns);
+            (ns, l)
+        })
+        .collect();
+    let empty = BTreeMap::new();
+    let views: Vec<VmView> = vms
+        .iter()
+        .filter(|vm| ctx.in_scope(&vm.namespace().unwrap_or_default()))
+        .map(|vm| VmView {
+            vm: vm.as_ref(),
+            namespace_labels: vm
+                .namespace()
+                .and_then(|ns| labels.get(&ns))
+                .unwrap_or(&empty),
+        })
+        .collect();
+    let mut list: Vec<MappingView> = mappings
+        .iter()
+        .filter(|m| ctx.in_scope(&m.namespace().unwrap_or_default()))
+        .map(|m| MappingView {
+            key: MappingKey {
+                scope: Scope::Namespaced,
+                namespace: m.namespace(),
+                name: m.name_any(),
+            },
+            generation: m.metadata.generation,
+            rule_count: m.spec.rules.len(),
+            dry_run: m.spec.dry_run,
+            previous: m.status.as_ref(),
+        })
+        .collect();
+    list.extend(cluster.iter().map(|m| MappingView {
+        key: MappingKey {
+            scope: Scope::Cluster,
+            namespace: None,
+            name: m.name_any(),
+        },
+        generation: m.metadata.generation,
+        rule_count: m.spec.rules.len(),
+        dry_run: m.spec.dry_run,
+        previous: m.status.as_ref(),
+    }));
+    let computed = mapping_status::mapping_statuses(
+        &rules,
+        &list,
+        &views,
+        &ctx.options.default_runner_image,
+        &now(),
+    );
+    for view in &list {
+        let Some(status) = computed.get(&view.key) else {
+            continue;
+        };
+        if view.previous == Some(status) {
+            continue;
+        }
+        match view.key.scope {
+            Scope::Namespaced => {
+                let ns = view.key.namespace.clone().unwrap_or_default();
+                let api: Api<ImageMapping> = Api::namespaced(ctx.client.clone(), &ns);
+                patch_status(&api, &view.key.name, status).await?;
+            }
+            Scope::Cluster => {
+                let api: Api<ClusterImageMapping> = Api::all(ctx.client.clone());
+                patch_status(&api, &view.key.name, status).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn patch_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &ImageMappingStatus,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Deleted meanwhile.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,175 @@
+//! The VirtualMachine reconcile: observe from the caches, plan, apply.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::{Context, FIELD_MANAGER};
+use crate::api::VirtualMachine;
+use crate::rules::Mode;
+use crate::vm_images;
+use crate::vm_plan::{self, Observation, PodAction};
+
+/// A reconcile that could not finish; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("writing the status of {vm}: {source}")]
+    Status { vm: String, source: kube::Error },
+    #[error("creating pod {pod}: {source}")]
+    CreatePod { pod: String, source: kube::Error },
+    #[error("deleting pod {pod}: {source}")]
+    DeletePod { pod: String, source: kube::Error },
+}
+
+impl ReconcileError {
+    /// A bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::Status { .. } => "status_write",
+            ReconcileError::CreatePod { .. } => "pod_create",
+            ReconcileError::DeletePod { .. } => "pod_delete",
+        }
+    }
+}
+
+fn now() -> Time {
+    // Whole seconds: what the API server stores, so cached and computed statuses compare equal.
+    let secs = Timestamp::now().as_second();
+    Time(Timestamp::from_second(secs).unwrap_or_else(|_| Timestamp::now()))
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// Reconciles one VirtualMachine.
+pub async fn reconcile(
+    vm: Arc<VirtualMachine>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let namespace = vm.namespace().unwrap_or_default();
+    if !ctx.in_scope(&namespace) || vm.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let rules = ctx.rules();
+    let ns_labels = ctx.namespace_labels(&namespace);
+    let resolution = vm_images::resolve_vm(
+        &rules,
+        &vm,
+        &ns_labels,
+        &ctx.options.default_runner_image,
+        Mode::Live,
+    );
+    let pods = ctx.pods_of(&vm);
+    let vm_ref = ObjectRef::from_obj(vm.as_ref());
+    let expected = ctx.expected_pod(&vm_ref, &pods);
+    let plan = vm_plan::plan(&Observation {
+        vm: &vm,
+        pods: pods.iter().map(AsRef::as_ref).collect(),
+        resolution: &resolution,
+        expected_pod: expected.as_deref(),
+        now: now(),
+    });
+
+    if vm.status.as_ref() != Some(&plan.status) {
+        let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = json!({
+            "apiVersion": VirtualMachine::api_version(&()),
+            "kind": VirtualMachine::kind(&()),
+            "status": plan.status,
+        });
+        api.patch_status(
+            &vm.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| ReconcileError::Status {
+            vm: format!("{namespace}/{}", vm.name_any()),
+            source,
+        })?;
+    }
+
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut requeue = plan.waiting.then_some(Duration::from_secs(10));
+    for action in &plan.actions {
+        match action {
+            PodAction::Create(pod) => {
+                let name = pod.name_any();
+                match pods_api.create(&PostParams::default(), pod).await {
+                    Ok(_) => {}
+                    Err(e) if is_status(&e, 409) => {}
+                    Err(source) => return Err(ReconcileError::CreatePod { pod: name, source }),
+                }
+                ctx.expect_pod(vm_ref.clone(), name);
+            }
+            PodAction::Delete {
+                name,
+                uid,
+                recreate,
+            } => {
+                if *recreate && let Err(wait) = ctx.take_recreation() {
+                    tracing::info!(vm = %vm_ref, pod = %name, ?wait, "recreation budget spent; waiting");
+                    requeue = Some(wait.max(Duration::from_secs(1)));
+                    continue;
+                }
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match pods_api.delete(name, &params).await {
+                    Ok(_) => {}
+                    // Gone already, or replaced by another pod of that name: nothing to delete.
+                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
+                    Err(source) => {
+                        return Err(ReconcileError::DeletePod {
+                            pod: name.clone(),
+                            source,
+                        });
+                    }
+                }
+                ctx.forget_pod(&vm_ref);
+            }
+        }
+    }
+    for ev in &plan.events {
+        let event = Event {
+            type_: if ev.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: ev.reason.into(),
+            note: Some(ev.message.chars().take(1000).collect()),
+            action: ev.reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &vm.object_ref(&())).await {
+            tracing::warn!(vm = %vm_ref, error = %e, "could not record event");
+        }
+    }
+    // Mapping statuses count VMs and list those awaiting a restart.
+    ctx.mapping_status.notify_one();
+    Ok(match requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// Backoff after a failed reconcile.
+pub fn error_policy(vm: Arc<VirtualMachine>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(vm = %ObjectRef::from_obj(vm.as_ref()), category = error.category(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(2))
+}
