@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use crate::api::{ResolvedImage, RuleSource, VirtualMachine};
 use crate::reference::Reference;
-use crate::rules::{Mode, Requester, RuleSet};
+use crate::rules::{Mode, Requester, ResolveError, RuleSet};
 
 /// Runner image used when neither the VM nor the operator names one.
 pub const DEFAULT_RUNNER_IMAGE: &str = "neondatabase/neonvm-runner:v0.40.0";
@@ -63,6 +63,8 @@ pub struct VmResolution {
     pub images: Vec<ResolvedImage>,
     /// Per slot (same order as `images`): rules tied with the winner that rewrite differently.
     pub conflicts: Vec<Vec<RuleSource>>,
+    /// Per slot: whether its error is a target outside the allowed registries.
+    pub disallowed: Vec<bool>,
 }
 
 impl VmResolution {
@@ -93,9 +95,10 @@ pub fn resolve_vm(
     };
     let mut out = VmResolution::default();
     for slot in image_slots(vm, default_runner_image) {
-        let (image, conflicts) = resolve_slot(set, &slot, &who, mode);
+        let (image, conflicts, disallowed) = resolve_slot(set, &slot, &who, mode);
         out.images.push(image);
         out.conflicts.push(conflicts);
+        out.disallowed.push(disallowed);
     }
     out
 }
@@ -105,7 +108,7 @@ fn resolve_slot(
     slot: &ImageSlot,
     who: &Requester<'_>,
     mode: Mode,
-) -> (ResolvedImage, Vec<RuleSource>) {
+) -> (ResolvedImage, Vec<RuleSource>, bool) {
     let mut image = ResolvedImage {
         slot: slot.slot.clone(),
         requested: slot.requested.clone(),
@@ -118,17 +121,21 @@ fn resolve_slot(
                 "requested image {:?} is not a valid reference: {e}",
                 slot.requested
             ));
-            return (image, Vec::new());
+            return (image, Vec::new(), false);
         }
     };
     let res = set.resolve(&reference, who, mode);
     image.source = res.rule.map(|id| set.source(id));
+    let mut disallowed = false;
     match res.resolved {
         Ok(r) => image.resolved = Some(r.to_string()),
-        Err(e) => image.error = Some(e),
+        Err(e) => {
+            disallowed = matches!(e, ResolveError::DisallowedTarget(_));
+            image.error = Some(e.to_string());
+        }
     }
     let conflicts = res.conflicts.iter().map(|&id| set.source(id)).collect();
-    (image, conflicts)
+    (image, conflicts, disallowed)
 }
 
 /// The labels every namespace carries in a cluster (`kubernetes.io/metadata.name`), merged

@@ -21,6 +21,7 @@ pub const CONDITION_IMAGES_RESOLVED: &str = "ImagesResolved";
 pub const CONDITION_IMAGES_CURRENT: &str = "ImagesCurrent";
 pub const REASON_RESTART_REQUIRED: &str = "RestartRequired";
 pub const REASON_INVALID_REWRITE: &str = "InvalidRewrite";
+pub const REASON_DISALLOWED_TARGET: &str = "DisallowedTarget";
 pub const REASON_CONFLICT: &str = "Conflict";
 
 /// What the reconciler observed.
@@ -42,7 +43,13 @@ pub enum PodAction {
     Delete {
         name: String,
         uid: String,
-        recreate: bool,
+    },
+    /// liveReload: delete the old pod (UID precondition), then create the new one as soon as
+    /// the old one is gone — in the same pass when its deletion is immediate.
+    Replace {
+        name: String,
+        uid: String,
+        new: Box<Pod>,
     },
 }
 
@@ -143,6 +150,17 @@ fn describe_source(s: &RuleSource) -> String {
 pub fn plan(obs: &Observation<'_>) -> Plan {
     let vm = obs.vm;
     let prev = vm.status.clone().unwrap_or_default();
+    // The caches are behind this operator's own writes: decide once they show the pod.
+    if let Some(expected) = obs.expected_pod
+        && !obs.pods.iter().any(|p| p.name_any() == expected)
+    {
+        return Plan {
+            status: vm.status.clone().unwrap_or_default(),
+            actions: Vec::new(),
+            events: Vec::new(),
+            waiting: true,
+        };
+    }
     let generation = prev.restart_count;
     let images = &obs.resolution.images;
     let desired_hash = runner_pod::images_hash(images);
@@ -182,7 +200,6 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         actions.push(PodAction::Delete {
             name: p.name_any(),
             uid: p.uid().unwrap_or_default(),
-            recreate: false,
         });
     }
     let blocked = !terminating.is_empty() || !stale.is_empty() || !extra.is_empty();
@@ -230,7 +247,6 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
                 actions.push(PodAction::Delete {
                     name: pod.name_any(),
                     uid: pod.uid().unwrap_or_default(),
-                    recreate: false,
                 });
                 events.push(VmEvent {
                     warning: false,
@@ -255,27 +271,25 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
                 let changes = describe_changes(pod, obs.resolution);
                 if finished {
                     // A finished pod that is not replaced runs nothing: nothing to restart.
-                } else if vm.spec.live_reload {
-                    actions.push(PodAction::Delete {
-                        name: pod.name_any(),
-                        uid: pod.uid().unwrap_or_default(),
-                        recreate: true,
-                    });
+                } else if vm.spec.live_reload
+                    && let Some(new) = runner_pod::build(vm, images, generation)
+                {
                     events.push(VmEvent {
                         warning: false,
                         reason: "PodRecreated",
                         message: format!(
-                            "Recreating runner pod {} for new images: {changes}",
-                            pod.name_any()
+                            "Replacing runner pod {} with {} for new images: {changes}",
+                            pod.name_any(),
+                            new.name_any()
                         ),
                     });
+                    status.pod_name = Some(new.name_any());
                     status.phase = Some(VmPhase::Pending);
-                    images_current = (
-                        "False",
-                        "Recreating",
-                        format!("recreating the pod for {changes}"),
-                    );
-                    waiting = true;
+                    actions.push(PodAction::Replace {
+                        name: pod.name_any(),
+                        uid: pod.uid().unwrap_or_default(),
+                        new: Box::new(new),
+                    });
                 } else {
                     images_current = (
                         "False",
@@ -287,7 +301,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
                 }
             }
         }
-        None if obs.expected_pod.is_some() || !terminating.is_empty() => waiting = true,
+        None if !terminating.is_empty() => waiting = true,
         None => {
             let phase = match prev.phase {
                 // The pod of a running VM vanished.
@@ -340,7 +354,16 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
             "ImagesUnresolved",
             "the images do not resolve".into(),
         );
-        ("False", REASON_INVALID_REWRITE, errors.join("; "))
+        let all_disallowed = images
+            .iter()
+            .zip(&obs.resolution.disallowed)
+            .all(|(i, d)| i.error.is_none() || *d);
+        let reason = if all_disallowed && !obs.resolution.disallowed.is_empty() {
+            REASON_DISALLOWED_TARGET
+        } else {
+            REASON_INVALID_REWRITE
+        };
+        ("False", reason, errors.join("; "))
     } else if !conflicts.is_empty() {
         ("True", REASON_CONFLICT, conflicts.join("; "))
     } else {
@@ -373,23 +396,22 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
             &obs.now,
         ));
     }
-    for (old, new) in [
+    // Warnings on entering (or changing) an invalid-rewrite, disallowed-target or
+    // restart-required state.
+    for (ty, reason) in [
         (CONDITION_IMAGES_RESOLVED, REASON_INVALID_REWRITE),
+        (CONDITION_IMAGES_RESOLVED, REASON_DISALLOWED_TARGET),
         (CONDITION_IMAGES_CURRENT, REASON_RESTART_REQUIRED),
     ] {
-        let now = conditions.iter().find(|c| c.type_ == old);
-        let before = prev.conditions.iter().find(|c| c.type_ == old);
+        let now = conditions.iter().find(|c| c.type_ == ty);
+        let before = prev.conditions.iter().find(|c| c.type_ == ty);
         if let Some(now) = now
-            && now.reason == new
+            && now.reason == reason
             && before.is_none_or(|b| b.reason != now.reason || b.message != now.message)
         {
             events.push(VmEvent {
                 warning: true,
-                reason: if new == REASON_INVALID_REWRITE {
-                    "InvalidRewrite"
-                } else {
-                    "RestartRequired"
-                },
+                reason,
                 message: now.message.clone(),
             });
         }

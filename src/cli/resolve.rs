@@ -161,7 +161,7 @@ impl Report {
                     let res = set.resolve(r, &who, Mode::Live);
                     entry.rule = res.rule.map(|id| set.source(id));
                     entry.conflicts = res.conflicts.iter().map(|&id| set.source(id)).collect();
-                    entry.resolved = Some(res.resolved);
+                    entry.resolved = Some(res.resolved.map_err(|e| e.to_string()));
                 }
                 entry
             })

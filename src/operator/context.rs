@@ -18,6 +18,9 @@ use crate::vm_images;
 /// The field manager of every write this operator makes.
 pub const FIELD_MANAGER: &str = "imagemap.dev/operator";
 
+/// How long a created pod may stay unseen by the cache before it is no longer waited for.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Operator settings (the `imagemap run` flags).
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -52,11 +55,12 @@ pub struct Context {
     pub mappings: Store<ImageMapping>,
     pub cluster_mappings: Store<ClusterImageMapping>,
     pub namespaces: Store<Namespace>,
+    pub progress: Arc<super::Progress>,
     /// Signalled when mapping statuses may need an update.
     pub mapping_status: tokio::sync::Notify,
     rules: RwLock<Arc<RuleSet>>,
     /// Pods created by this instance that the pod cache has not shown yet, by VM.
-    expected: Mutex<HashMap<ObjectRef<VirtualMachine>, String>>,
+    expected: Mutex<HashMap<ObjectRef<VirtualMachine>, (String, Instant)>>,
     recreations: Mutex<Vec<Instant>>,
 }
 
@@ -71,6 +75,7 @@ impl Context {
         mappings: Store<ImageMapping>,
         cluster_mappings: Store<ClusterImageMapping>,
         namespaces: Store<Namespace>,
+        progress: Arc<super::Progress>,
     ) -> Context {
         Context {
             client,
@@ -81,6 +86,7 @@ impl Context {
             mappings,
             cluster_mappings,
             namespaces,
+            progress,
             mapping_status: tokio::sync::Notify::new(),
             rules: RwLock::new(Arc::new(RuleSet::default())),
             expected: Mutex::new(HashMap::new()),
@@ -163,8 +169,9 @@ impl Context {
         pods: &[Arc<Pod>],
     ) -> Option<String> {
         let mut expected = self.expected.lock().ok()?;
-        let name = expected.get(vm)?.clone();
-        if pods.iter().any(|p| p.name_any() == name) {
+        let (name, since) = expected.get(vm)?.clone();
+        // Seen, or never going to be (created and deleted again before the cache caught up).
+        if pods.iter().any(|p| p.name_any() == name) || since.elapsed() > EXPECTATION_TIMEOUT {
             expected.remove(vm);
             return None;
         }
@@ -173,7 +180,7 @@ impl Context {
 
     pub fn expect_pod(&self, vm: ObjectRef<VirtualMachine>, pod: String) {
         if let Ok(mut expected) = self.expected.lock() {
-            expected.insert(vm, pod);
+            expected.insert(vm, (pod, Instant::now()));
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -80,11 +81,19 @@ pub async fn status_loop(ctx: Arc<Context>) {
         ctx.mapping_status.notified().await;
         // Coalesce a burst of VM reconciles into one pass.
         tokio::time::sleep(Duration::from_millis(200)).await;
+        // Counting VMs from a cache that has not listed them would write wrong counts.
+        // (The readiness future is polled, not awaited: it is re-checked on the next pass.)
+        if !matches!(ctx.vms.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            ctx.mapping_status.notify_one();
+            continue;
+        }
+        let covered = ctx.progress.status_pass_start();
         if let Err(e) = write_statuses(&ctx).await {
             tracing::warn!(error = %e, "writing mapping statuses");
             ctx.mapping_status.notify_one();
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
+        ctx.progress.status_pass_done(covered);
     }
 }
 
@@ -128,17 +137,25 @@ async fn write_statuses(ctx: &Context) -> Result<(), kube::Error> {
             previous: m.status.as_ref(),
         })
         .collect();
-    list.extend(cluster.iter().map(|m| MappingView {
-        key: MappingKey {
-            scope: Scope::Cluster,
-            namespace: None,
-            name: m.name_any(),
-        },
-        generation: m.metadata.generation,
-        rule_count: m.spec.rules.len(),
-        dry_run: m.spec.dry_run,
-        previous: m.status.as_ref(),
-    }));
+    // ClusterImageMapping statuses count VMs of every namespace: only an operator that acts
+    // in all namespaces writes them.
+    let cluster_wide = ctx.options.namespaces.is_empty();
+    list.extend(
+        cluster
+            .iter()
+            .filter(|_| cluster_wide)
+            .map(|m| MappingView {
+                key: MappingKey {
+                    scope: Scope::Cluster,
+                    namespace: None,
+                    name: m.name_any(),
+                },
+                generation: m.metadata.generation,
+                rule_count: m.spec.rules.len(),
+                dry_run: m.spec.dry_run,
+                previous: m.status.as_ref(),
+            }),
+    );
     let computed = mapping_status::mapping_statuses(
         &rules,
         &list,

@@ -6,11 +6,14 @@
 
 mod context;
 mod mappings;
+mod progress;
 mod vm_reconciler;
 
 use std::sync::Arc;
 
-use futures::{StreamExt, stream};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
@@ -19,6 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 pub use context::{Context, FIELD_MANAGER, Options};
+pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
@@ -31,6 +35,15 @@ enum Change {
 
 /// Runs the operator until the VirtualMachine controller stops (or the future is dropped).
 pub async fn run(client: Client, options: Options) -> anyhow::Result<()> {
+    run_with(client, options, Arc::new(Progress::default())).await
+}
+
+/// [`run`], reporting finished work to `progress`.
+pub async fn run_with(
+    client: Client,
+    options: Options,
+    progress: Arc<Progress>,
+) -> anyhow::Result<()> {
     let cfg = watcher::Config::default;
     let (mapping_store, mapping_writer) = reflector::store::<ImageMapping>();
     let (cluster_store, cluster_writer) = reflector::store::<ClusterImageMapping>();
@@ -80,6 +93,7 @@ pub async fn run(client: Client, options: Options) -> anyhow::Result<()> {
         mapping_store.clone(),
         cluster_store.clone(),
         ns_store.clone(),
+        progress,
     ));
 
     // The rule watcher must have listed every mapping and namespace before the first VM is
@@ -89,46 +103,59 @@ pub async fn run(client: Client, options: Options) -> anyhow::Result<()> {
     let rules_task = tokio::spawn(async move {
         let mut changes = stream::select_all([mapping_events, cluster_events, ns_events]);
         let mut ready = Some(ready_tx);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
-            if ready.is_some() {
-                let stores_ready = async {
-                    let _ = mapping_store.wait_until_ready().await;
-                    let _ = cluster_store.wait_until_ready().await;
-                    let _ = ns_store.wait_until_ready().await;
-                };
-                tokio::select! {
-                    change = changes.next() => if change.is_none() { break },
-                    () = stores_ready => {
-                        rules_ctx.recompile();
-                        rules_ctx.mapping_status.notify_one();
-                        if let Some(tx) = ready.take() {
-                            let _ = tx.send(());
+            tokio::select! {
+                change = changes.next() => {
+                    let Some(change) = change else { break };
+                    if ready.is_none() {
+                        match change {
+                            Change::Rules => mappings::apply_rule_change(&rules_ctx, &trigger),
+                            Change::Namespace(ns) => mappings::apply_namespace_change(&rules_ctx, &ns, &trigger),
                         }
                     }
                 }
-                continue;
+                _ = tick.tick(), if ready.is_some() => {}
             }
-            let Some(change) = changes.next().await else {
-                break;
+            let stores_ready = || {
+                [
+                    mapping_store.wait_until_ready().now_or_never(),
+                    cluster_store.wait_until_ready().now_or_never(),
+                    ns_store.wait_until_ready().now_or_never(),
+                ]
+                .iter()
+                .all(|r| matches!(r, Some(Ok(()))))
             };
-            match change {
-                Change::Rules => mappings::apply_rule_change(&rules_ctx, &trigger),
-                Change::Namespace(ns) => {
-                    mappings::apply_namespace_change(&rules_ctx, &ns, &trigger)
+            if ready.is_some() && stores_ready() {
+                rules_ctx.recompile();
+                rules_ctx.mapping_status.notify_one();
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(());
                 }
             }
         }
     });
     let status_task = tokio::spawn(mappings::status_loop(Arc::clone(&ctx)));
+    let ctx_progress = Arc::clone(&ctx.progress);
     let result = async {
         ready_rx.await?;
         tracing::info!("mappings and namespaces listed; reconciling VirtualMachines");
         controller
             .run(vm_reconciler::reconcile, vm_reconciler::error_policy, ctx)
-            .for_each(|res| async move {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "reconcile");
-                }
+            .for_each(|res| {
+                let vm = match &res {
+                    Ok((vm, _)) => Some(format!(
+                        "{}/{}",
+                        vm.namespace.as_deref().unwrap_or_default(),
+                        vm.name
+                    )),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reconcile");
+                        None
+                    }
+                };
+                ctx_progress.reconciled(vm);
+                futures::future::ready(())
             })
             .await;
         anyhow::Ok(())

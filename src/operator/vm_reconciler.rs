@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -17,7 +18,7 @@ use super::context::{Context, FIELD_MANAGER};
 use crate::api::VirtualMachine;
 use crate::rules::Mode;
 use crate::vm_images;
-use crate::vm_plan::{self, Observation, PodAction};
+use crate::vm_plan::{self, Observation, PodAction, VmEvent};
 
 /// A reconcile that could not finish; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +61,10 @@ pub async fn reconcile(
     if !ctx.in_scope(&namespace) || vm.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    // Deciding from a pod cache that has not listed yet would create pods that exist.
+    if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let rules = ctx.rules();
     let ns_labels = ctx.namespace_labels(&namespace);
     let resolution = vm_images::resolve_vm(
@@ -80,6 +85,9 @@ pub async fn reconcile(
         now: now(),
     });
 
+    // Warnings about a state the status is entering go out before the status is written,
+    // so a crash in between repeats them rather than losing them.
+    publish(&ctx, &vm, plan.events.iter().filter(|e| e.warning)).await;
     if vm.status.as_ref() != Some(&plan.status) {
         let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch = json!({
@@ -112,39 +120,55 @@ pub async fn reconcile(
                 }
                 ctx.expect_pod(vm_ref.clone(), name);
             }
-            PodAction::Delete {
-                name,
-                uid,
-                recreate,
-            } => {
-                if *recreate && let Err(wait) = ctx.take_recreation() {
+            PodAction::Delete { name, uid } => {
+                delete_pod(&pods_api, name, uid).await?;
+                ctx.forget_pod(&vm_ref);
+            }
+            PodAction::Replace { name, uid, new } => {
+                if let Err(wait) = ctx.take_recreation() {
                     tracing::info!(vm = %vm_ref, pod = %name, ?wait, "recreation budget spent; waiting");
                     requeue = Some(wait.max(Duration::from_secs(1)));
                     continue;
                 }
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                match pods_api.delete(name, &params).await {
-                    Ok(_) => {}
-                    // Gone already, or replaced by another pod of that name: nothing to delete.
-                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
-                    Err(source) => {
-                        return Err(ReconcileError::DeletePod {
-                            pod: name.clone(),
-                            source,
-                        });
+                delete_pod(&pods_api, name, uid).await?;
+                // An unscheduled pod is gone at once; a running one terminates first, and its
+                // deletion event brings the VM back here to create the replacement.
+                match pods_api.get_opt(name).await {
+                    Ok(None) => {
+                        let new_name = new.name_any();
+                        match pods_api.create(&PostParams::default(), new).await {
+                            Ok(_) => {}
+                            Err(e) if is_status(&e, 409) => {}
+                            Err(source) => {
+                                return Err(ReconcileError::CreatePod {
+                                    pod: new_name,
+                                    source,
+                                });
+                            }
+                        }
+                        ctx.expect_pod(vm_ref.clone(), new_name);
                     }
+                    Ok(Some(_)) | Err(_) => requeue = Some(Duration::from_secs(5)),
                 }
-                ctx.forget_pod(&vm_ref);
             }
         }
     }
-    for ev in &plan.events {
+    // Reports of what was done follow the actions.
+    publish(&ctx, &vm, plan.events.iter().filter(|e| !e.warning)).await;
+    // Mapping statuses count VMs and list those awaiting a restart.
+    ctx.mapping_status.notify_one();
+    Ok(match requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+async fn publish<'a>(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    events: impl Iterator<Item = &'a VmEvent>,
+) {
+    for ev in events {
         let event = Event {
             type_: if ev.warning {
                 EventType::Warning
@@ -157,15 +181,28 @@ pub async fn reconcile(
             secondary: None,
         };
         if let Err(e) = ctx.recorder.publish(&event, &vm.object_ref(&())).await {
-            tracing::warn!(vm = %vm_ref, error = %e, "could not record event");
+            tracing::warn!(vm = %ObjectRef::from_obj(vm), error = %e, "could not record event");
         }
     }
-    // Mapping statuses count VMs and list those awaiting a restart.
-    ctx.mapping_status.notify_one();
-    Ok(match requeue {
-        Some(after) => Action::requeue(after),
-        None => Action::await_change(),
-    })
+}
+
+/// Deletes a pod with a UID precondition; a pod already gone or replaced is not an error.
+async fn delete_pod(api: &Api<Pod>, name: &str, uid: &str) -> Result<(), ReconcileError> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+        Err(source) => Err(ReconcileError::DeletePod {
+            pod: name.to_string(),
+            source,
+        }),
+    }
 }
 
 /// Backoff after a failed reconcile.

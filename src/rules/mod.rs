@@ -200,11 +200,22 @@ pub struct RuleSet {
     allowed_registries: Option<Vec<String>>,
 }
 
+/// Why the winning rule produced no usable reference.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The rewrite's result is not an image reference.
+    #[error("{0}")]
+    InvalidRewrite(String),
+    /// The result lies outside the operator's allowed registries.
+    #[error("{0}")]
+    DisallowedTarget(String),
+}
+
 /// The outcome of resolving one reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
     /// The reference to use, or why the winning rule could not produce one.
-    pub resolved: Result<Reference, String>,
+    pub resolved: Result<Reference, ResolveError>,
     /// The winning rule; `None` when no rule matched.
     pub rule: Option<RuleId>,
     /// Rules tied with the winner that give a different result.
@@ -495,14 +506,17 @@ impl RuleSet {
         }
     }
 
-    fn apply(&self, id: RuleId, r: &Reference) -> Result<Reference, String> {
+    fn apply(&self, id: RuleId, r: &Reference) -> Result<Reference, ResolveError> {
         let rule = &self.rules[id as usize];
-        let out = rule.action.apply(r, &rule.pattern)?;
+        let out = rule
+            .action
+            .apply(r, &rule.pattern)
+            .map_err(ResolveError::InvalidRewrite)?;
         if out.domain() != r.domain() && !self.registry_allowed(out.domain()) {
-            return Err(format!(
+            return Err(ResolveError::DisallowedTarget(format!(
                 "rewrite to {out} points to registry {}, which is not in the operator's allowed registries",
                 out.domain()
-            ));
+            )));
         }
         Ok(out)
     }

@@ -458,6 +458,7 @@ fn allowed_registries_refuse_other_targets() {
     assert!(
         resolve("c")
             .unwrap_err()
+            .to_string()
             .contains("not in the operator's allowed registries")
     );
     assert_eq!(resolve("d").unwrap().to_string(), "x.mirror.io/d");

@@ -27,6 +27,7 @@ fn resolution(disk: &str) -> VmResolution {
     VmResolution {
         images: vec![img("rootDisk", disk), img("runner", "docker.io/x/runner:1")],
         conflicts: vec![vec![], vec![]],
+        disallowed: vec![false, false],
     }
 }
 
@@ -52,6 +53,10 @@ fn apply(vm: &mut VirtualMachine, pods: &mut Vec<Pod>, plan: &Plan) {
         match a {
             PodAction::Create(p) => pods.push((**p).clone()),
             PodAction::Delete { name, .. } => pods.retain(|p| &p.name_any() != name),
+            PodAction::Replace { name, new, .. } => {
+                pods.retain(|p| &p.name_any() != name);
+                pods.push((**new).clone());
+            }
         }
     }
 }
@@ -96,32 +101,38 @@ fn new_vm_gets_a_pod_and_steady_state_changes_nothing() {
 }
 
 #[test]
-fn live_reload_deletes_then_creates_with_new_images() {
+fn live_reload_replaces_the_pod_with_new_images() {
     let mut v = vm(true, "Always");
     let mut pods = Vec::new();
     let p = run(&v, &pods, &resolution("disk:1"));
     apply(&mut v, &mut pods, &p);
     let old = pods[0].name_any();
     let p = run(&v, &pods, &resolution("disk:2"));
-    assert!(
-        matches!(&p.actions[..], [PodAction::Delete { recreate: true, name, .. }] if *name == old)
-    );
+    let [PodAction::Replace { name, new, .. }] = &p.actions[..] else {
+        panic!("{:?}", p.actions)
+    };
+    assert_eq!(*name, old);
+    assert_eq!(p.status.pod_name, Some(new.name_any()));
     assert_eq!(p.events[0].reason, "PodRecreated");
     assert!(
         p.events[0].message.contains("rootDisk: disk:1 → disk:2"),
         "{}",
         p.events[0].message
     );
-    assert_eq!(cond(&p, "ImagesCurrent").reason, "Recreating");
-    apply(&mut v, &mut pods, &p);
-    assert!(pods.is_empty());
-    let p = run(&v, &pods, &resolution("disk:2"));
-    assert!(matches!(&p.actions[..], [PodAction::Create(_)]));
     apply(&mut v, &mut pods, &p);
     assert_eq!(pods.len(), 1);
     assert_ne!(pods[0].name_any(), old);
     assert_eq!(pod_images(&pods[0])["rootDisk"], "disk:2");
     assert_eq!(v.status.as_ref().unwrap().restart_count, 0);
+    // The replacement is current: nothing more to do, nothing more to write.
+    let again = run(&v, &pods, &resolution("disk:2"));
+    assert!(again.actions.is_empty() && again.events.is_empty());
+    assert_eq!(Some(&again.status), v.status.as_ref());
+    // Had the old pod lingered (terminating), nothing is created beside it.
+    let mut lingering = pods[0].clone();
+    lingering.metadata.deletion_timestamp = Some(now());
+    let p = run(&v, &[lingering], &resolution("disk:3"));
+    assert!(p.actions.is_empty() && p.waiting);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::OnceCell;
 
 /// How long a test waits for a condition before failing.
@@ -99,4 +99,140 @@ pub async fn fresh_namespace(client: &Client, prefix: &str) -> String {
         .await
         .expect("create namespace");
     name
+}
+
+// ---- the operator, in process, with a request counter
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use imagemap::api_requests::{ApiRequests, client_with_counter};
+use imagemap::operator::{self, Options, Progress};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+/// An operator running in this test process, stopped (as if it crashed) when dropped.
+pub struct Operator {
+    pub requests: ApiRequests,
+    pub progress: Arc<Progress>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    /// Starts an operator acting in `namespaces`.
+    pub async fn start(namespaces: &[&str], options: Options) -> Operator {
+        let config = kube::Config::infer().await.expect("KUBECONFIG");
+        let (client, requests) = client_with_counter(config).expect("client");
+        let progress = Arc::new(Progress::default());
+        let options = Options {
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            ..options
+        };
+        let p = Arc::clone(&progress);
+        let handle = tokio::spawn(async move {
+            if let Err(e) = operator::run_with(client, options, p).await {
+                panic!("operator stopped: {e:#}");
+            }
+        });
+        Operator {
+            requests,
+            progress,
+            handle,
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// Watches a list and waits until `pred` holds for its current state.
+pub async fn wait_list<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &str,
+    pred: impl Fn(&[Arc<K>]) -> bool,
+) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + 'static,
+{
+    wait_list_for(WAIT, api, config, what, pred).await
+}
+
+/// [`wait_list`] with its own time limit.
+pub async fn wait_list_for<K>(
+    limit: Duration,
+    api: Api<K>,
+    config: watcher::Config,
+    what: &str,
+    pred: impl Fn(&[Arc<K>]) -> bool,
+) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let mut events = watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    let mut listed = false;
+    let found = tokio::time::timeout(limit, async {
+        while let Some(ev) = events.next().await {
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                listed = true;
+            }
+            if listed && pred(&reader.state()) {
+                return reader.state();
+            }
+        }
+        panic!("watch ended while waiting for {what}");
+    })
+    .await;
+    match found {
+        Ok(state) => state,
+        Err(_) => {
+            let names: Vec<String> = reader
+                .state()
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}: {}",
+                        o.name_any(),
+                        serde_json::to_string(&**o).unwrap_or_default()
+                    )
+                })
+                .collect();
+            panic!(
+                "{what}: not reached within {limit:?}; last state:\n{}",
+                names.join("\n")
+            );
+        }
+    }
+}
+
+/// Waits until a watch value satisfies `pred`.
+pub async fn wait_value<T>(
+    mut rx: tokio::sync::watch::Receiver<T>,
+    what: &str,
+    pred: impl FnMut(&T) -> bool,
+) {
+    match tokio::time::timeout(WAIT, rx.wait_for(pred)).await {
+        Ok(Ok(_)) => {}
+        _ => panic!("{what}: not reached within {WAIT:?}"),
+    }
 }

@@ -1,0 +1,1030 @@
+//! The operator end to end on a real kube-apiserver + etcd. Each test runs its own operator
+//! (in process, acting only in the test's namespaces) and waits on watched conditions.
+//! There is no kubelet: tests play it by patching pod status.
+//!
+//! Run with `scripts/test` (ignored by a plain `cargo test`).
+
+#![allow(clippy::unwrap_used)] // test code
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use imagemap::operator::Options;
+use imagemap::runner_pod::VM_LABEL;
+use imagemap::vm_plan::pod_images;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use support::*;
+
+const COMPUTE: &str = "neondatabase/vm-compute-node-v17:latest";
+const COMPUTE_NORMALIZED: &str = "docker.io/neondatabase/vm-compute-node-v17:latest";
+
+fn vm(name: &str, live_reload: bool, policy: &str, disk: &str) -> VirtualMachine {
+    serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "liveReload": live_reload,
+            "restartPolicy": policy,
+            "guest": {"rootDisk": {"image": disk}},
+            "runnerImage": "neondatabase/neonvm-runner:v1"
+        }
+    }))
+    .unwrap()
+}
+
+fn mapping(name: &str, rules: serde_json::Value) -> ImageMapping {
+    serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1",
+        "kind": "ImageMapping",
+        "metadata": {"name": name},
+        "spec": {"rules": rules}
+    }))
+    .unwrap()
+}
+
+fn tilt_rule(to: &str) -> serde_json::Value {
+    json!([{"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": to}])
+}
+
+struct Env {
+    client: Client,
+    ns: String,
+    vms: Api<VirtualMachine>,
+    pods: Api<Pod>,
+    mappings: Api<ImageMapping>,
+}
+
+async fn env(prefix: &str) -> Env {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = fresh_namespace(&client, prefix).await;
+    Env {
+        vms: Api::namespaced(client.clone(), &ns),
+        pods: Api::namespaced(client.clone(), &ns),
+        mappings: Api::namespaced(client.clone(), &ns),
+        client,
+        ns,
+    }
+}
+
+fn pods_of(vm: &str) -> watcher::Config {
+    watcher::Config::default().labels(&format!("{VM_LABEL}={vm}"))
+}
+
+fn live(pods: &[Arc<Pod>]) -> Vec<&Arc<Pod>> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+fn root_disk(pod: &Pod) -> String {
+    pod_images(pod).get("rootDisk").cloned().unwrap_or_default()
+}
+
+fn condition<'a>(vm: &'a VirtualMachine, ty: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    vm.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ty)
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+fn resolved<'a>(vm: &'a VirtualMachine, slot: &str) -> Option<&'a imagemap::api::ResolvedImage> {
+    vm.status
+        .as_ref()?
+        .resolved_images
+        .iter()
+        .find(|i| i.slot == slot)
+}
+
+/// Waits until the VM has exactly one live pod whose root disk is `disk`, and its status
+/// names that pod; returns the pod.
+async fn wait_single_pod(e: &Env, vm_name: &str, disk: &str) -> Arc<Pod> {
+    let pods = wait_list(
+        e.pods.clone(),
+        pods_of(vm_name),
+        &format!("one pod of {vm_name} with {disk}"),
+        |pods| {
+            let l = live(pods);
+            pods.len() == 1 && l.len() == 1 && root_disk(l[0]) == disk
+        },
+    )
+    .await;
+    let pod = Arc::clone(&pods[0]);
+    let name = pod.name_any();
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        &format!("{vm_name} status names {name}"),
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == vm_name
+                    && v.status.as_ref().and_then(|s| s.pod_name.as_deref()) == Some(name.as_str())
+            })
+        },
+    )
+    .await;
+    pod
+}
+
+/// Plays kubelet: sets a pod's phase and the runner container's readiness.
+async fn set_pod_phase(e: &Env, pod: &str, phase: &str, ready: bool) {
+    let status = json!({"status": {"phase": phase, "containerStatuses": [{
+        "name": "runner", "image": "runner", "imageID": "", "ready": ready, "restartCount": 0,
+        "state": if phase == "Running" { json!({"running": {}}) } else { json!({"terminated": {"exitCode": if phase == "Failed" {1} else {0}}}) }
+    }]}});
+    e.pods
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+async fn wait_event(e: &Env, object: &str, reason: &str) -> Event {
+    wait_event_matching(e, object, reason, "").await
+}
+
+async fn wait_event_matching(e: &Env, object: &str, reason: &str, contains: &str) -> Event {
+    let api: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let hit = |ev: &Event| {
+        ev.involved_object.name.as_deref() == Some(object)
+            && ev.reason.as_deref() == Some(reason)
+            && ev.message.as_deref().unwrap_or_default().contains(contains)
+    };
+    let found = wait_list(
+        api,
+        watcher::Config::default(),
+        &format!("event {reason} on {object}"),
+        |evs| evs.iter().any(|ev| hit(ev)),
+    )
+    .await;
+    found
+        .iter()
+        .find(|ev| hit(ev))
+        .map(|e| (**e).clone())
+        .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn vm_without_mappings_gets_a_pod_with_the_requested_images() {
+    let e = env("op-plain").await;
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    e.vms
+        .create(
+            &PostParams::default(),
+            &vm("plain", false, "Always", COMPUTE),
+        )
+        .await
+        .unwrap();
+    let pod = wait_single_pod(&e, "plain", COMPUTE_NORMALIZED).await;
+    assert_eq!(
+        pod_images(&pod)["runner"],
+        "docker.io/neondatabase/neonvm-runner:v1"
+    );
+    assert_eq!(pod.owner_references()[0].kind, "VirtualMachine");
+    assert_eq!(pod.owner_references()[0].controller, Some(true));
+    assert_eq!(
+        pod.spec.as_ref().unwrap().restart_policy.as_deref(),
+        Some("Never")
+    );
+    let v = e.vms.get("plain").await.unwrap();
+    let disk = resolved(&v, "rootDisk").unwrap();
+    assert_eq!(disk.requested, COMPUTE);
+    assert_eq!(disk.resolved.as_deref(), Some(COMPUTE_NORMALIZED));
+    assert_eq!(disk.source, None);
+    assert_eq!(v.status.as_ref().unwrap().observed_generation, Some(1));
+    assert_eq!(condition(&v, "ImagesResolved").unwrap().0, "True");
+    assert_eq!(condition(&v, "Ready").unwrap().1, "Pending");
+    wait_event(&e, "plain", "PodCreated").await;
+}
+
+/// Test 2 (and, with `restart_operator`, test 8): a new mapping switches the liveReload VM
+/// to a new pod and leaves the other VM's pod running with RestartRequired.
+async fn mapping_created(prefix: &str, restart_operator: bool) {
+    let e = env(prefix).await;
+    let mut op = Operator::start(&[&e.ns], Options::default()).await;
+    e.vms
+        .create(&PostParams::default(), &vm("fast", true, "Always", COMPUTE))
+        .await
+        .unwrap();
+    e.vms
+        .create(
+            &PostParams::default(),
+            &vm("steady", false, "Always", COMPUTE),
+        )
+        .await
+        .unwrap();
+    let fast_before = wait_single_pod(&e, "fast", COMPUTE_NORMALIZED).await;
+    let steady_before = wait_single_pod(&e, "steady", COMPUTE_NORMALIZED).await;
+
+    // Watch every pod of the namespace for the rest of the test: never two live pods per VM.
+    let pods_api = e.pods.clone();
+    let max_live = tokio::spawn(async move {
+        let (reader, writer) = kube::runtime::reflector::store::<Pod>();
+        let mut stream = watcher(pods_api, watcher::Config::default())
+            .reflect(writer)
+            .boxed();
+        let mut max: BTreeMap<String, usize> = BTreeMap::new();
+        while let Some(Ok(_)) = stream.next().await {
+            let mut now: BTreeMap<String, usize> = BTreeMap::new();
+            for p in reader
+                .state()
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                *now.entry(p.labels()[VM_LABEL].clone()).or_default() += 1;
+            }
+            for (vm, n) in now {
+                let m = max.entry(vm).or_default();
+                *m = (*m).max(n);
+            }
+            if max.values().any(|&n| n > 1) {
+                return max;
+            }
+        }
+        max
+    });
+
+    let target = "k3d-neon-local-registry:5000/vm-compute-node-v17:tilt-bce03df2bbb7ad9d";
+    e.mappings
+        .create(&PostParams::default(), &mapping("tilt", tilt_rule(target)))
+        .await
+        .unwrap();
+    if restart_operator {
+        // Stop the operator as soon as it has written anything for the change, then start a
+        // new one: it must converge without duplicates.
+        let writes_before = op.requests.writes();
+        let requests = op.requests.clone();
+        tokio::time::timeout(WAIT, async {
+            while requests.writes() == writes_before {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+        drop(op);
+        op = Operator::start(&[&e.ns], Options::default()).await;
+    }
+    let fast_after = wait_single_pod(&e, "fast", target).await;
+    assert_ne!(fast_after.name_any(), fast_before.name_any());
+    let v = e.vms.get("fast").await.unwrap();
+    let source = resolved(&v, "rootDisk").unwrap().source.clone().unwrap();
+    assert_eq!(
+        (
+            source.kind.as_str(),
+            source.name.as_str(),
+            source.rule,
+            source.match_kind.as_str()
+        ),
+        ("ImageMapping", "tilt", 0, "repository")
+    );
+    assert_eq!(condition(&v, "ImagesCurrent").unwrap().0, "True");
+
+    let steady = wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        "steady: RestartRequired",
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == "steady"
+                    && condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RestartRequired")
+            })
+        },
+    )
+    .await;
+    let steady = steady.iter().find(|v| v.name_any() == "steady").unwrap();
+    assert_eq!(condition(steady, "ImagesCurrent").unwrap().0, "False");
+    assert_eq!(
+        resolved(steady, "rootDisk").unwrap().resolved.as_deref(),
+        Some(target)
+    );
+    let steady_pod = e.pods.get(&steady_before.name_any()).await.unwrap();
+    assert_eq!(
+        steady_pod.uid(),
+        steady_before.uid(),
+        "the pod without liveReload is untouched"
+    );
+    assert_eq!(root_disk(&steady_pod), COMPUTE_NORMALIZED);
+    wait_event(&e, "steady", "RestartRequired").await;
+
+    let awaiting = format!("{}/steady", e.ns);
+    wait_list(
+        e.mappings.clone(),
+        watcher::Config::default(),
+        "mapping status",
+        |ms| {
+            ms.iter().any(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    s.awaiting_restart == [awaiting.clone()]
+                        && s.affected_vms == Some(2)
+                        && s.observed_generation == Some(1)
+                        && s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+            })
+        },
+    )
+    .await;
+    // The watcher only ends early when it saw two live pods for one VM.
+    if max_live.is_finished() {
+        let max = max_live.await.unwrap();
+        assert!(
+            max.values().all(|&n| n <= 1),
+            "two live pods for one VM: {max:?}"
+        );
+    } else {
+        max_live.abort();
+    }
+    drop(op);
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn mapping_created_recreates_live_reload_pods_only() {
+    mapping_created("op-created", false).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn operator_restarted_mid_change_converges_without_duplicates() {
+    mapping_created("op-restart", true).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn tilt_loop_of_five_quick_changes_ends_with_one_pod_on_the_last_image() {
+    let e = env("op-tilt").await;
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping("tilt", tilt_rule("localhost:5000/compute:tilt-0")),
+        )
+        .await
+        .unwrap();
+    e.vms
+        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
+        .await
+        .unwrap();
+    let first = wait_single_pod(&e, "dev", "localhost:5000/compute:tilt-0").await;
+    for i in 1..=5 {
+        let patch =
+            json!({"spec": {"rules": tilt_rule(&format!("localhost:5000/compute:tilt-{i}"))}});
+        e.mappings
+            .patch("tilt", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    let last = wait_single_pod(&e, "dev", "localhost:5000/compute:tilt-5").await;
+    assert_ne!(last.name_any(), first.name_any());
+    let all = e
+        .pods
+        .list(&ListParams::default().labels(&format!("{VM_LABEL}=dev")))
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 1, "every earlier pod is gone");
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn mapping_deleted_restores_the_requested_images() {
+    let e = env("op-deleted").await;
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping("tilt", tilt_rule("localhost:5000/compute:tilt-1")),
+        )
+        .await
+        .unwrap();
+    e.vms
+        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
+        .await
+        .unwrap();
+    e.vms
+        .create(
+            &PostParams::default(),
+            &vm("keep", false, "Always", COMPUTE),
+        )
+        .await
+        .unwrap();
+    wait_single_pod(&e, "dev", "localhost:5000/compute:tilt-1").await;
+    let keep = wait_single_pod(&e, "keep", "localhost:5000/compute:tilt-1").await;
+    e.mappings
+        .delete("tilt", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_single_pod(&e, "dev", COMPUTE_NORMALIZED).await;
+    let vms = wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        "keep: restart required",
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == "keep"
+                    && condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RestartRequired")
+            })
+        },
+    )
+    .await;
+    let keep_vm = vms.iter().find(|v| v.name_any() == "keep").unwrap();
+    let disk = resolved(keep_vm, "rootDisk").unwrap();
+    assert_eq!(
+        (disk.resolved.as_deref(), disk.source.as_ref()),
+        (Some(COMPUTE_NORMALIZED), None)
+    );
+    assert_eq!(
+        e.pods.get(&keep.name_any()).await.unwrap().uid(),
+        keep.uid()
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn pods_are_replaced_per_restart_policy() {
+    let e = env("op-restart-policy").await;
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    for (name, policy) in [
+        ("always", "Always"),
+        ("onfailure", "OnFailure"),
+        ("never", "Never"),
+    ] {
+        e.vms
+            .create(&PostParams::default(), &vm(name, false, policy, COMPUTE))
+            .await
+            .unwrap();
+    }
+    // Deleted by someone else while Pending: replaced, whatever the policy.
+    let p = wait_single_pod(&e, "never", COMPUTE_NORMALIZED).await;
+    e.pods
+        .delete(&p.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_list(
+        e.pods.clone(),
+        pods_of("never"),
+        "never: pod replaced",
+        |pods| pods.len() == 1 && pods[0].uid() != p.uid(),
+    )
+    .await;
+
+    // Running, then finished.
+    let wait_vm = |name: &'static str, what: &'static str, pred: fn(&VirtualMachine) -> bool| {
+        let api = e.vms.clone();
+        async move {
+            wait_list(api, watcher::Config::default(), what, move |vms| {
+                vms.iter().any(|v| v.name_any() == name && pred(v))
+            })
+            .await;
+        }
+    };
+    for name in ["always", "onfailure", "never"] {
+        let p = wait_single_pod(&e, name, COMPUTE_NORMALIZED).await;
+        set_pod_phase(&e, &p.name_any(), "Running", true).await;
+    }
+    wait_vm("always", "always running", |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| format!("{p:?}") == "Running")
+    })
+    .await;
+    let always = e
+        .pods
+        .list(&ListParams::default().labels(&format!("{VM_LABEL}=always")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let v = e.vms.get("always").await.unwrap();
+    assert_eq!(condition(&v, "Ready").unwrap().0, "True");
+
+    set_pod_phase(&e, &always.name_any(), "Succeeded", false).await;
+    wait_vm("always", "always restarted", |v| {
+        v.status.as_ref().is_some_and(|s| s.restart_count == 1)
+    })
+    .await;
+    let pods = wait_list(
+        e.pods.clone(),
+        pods_of("always"),
+        "always: new pod",
+        |pods| pods.len() == 1 && pods[0].name_any() != always.name_any(),
+    )
+    .await;
+    assert_eq!(pods[0].annotations()["imagemap.dev/restart-count"], "1");
+
+    let onfailure = e
+        .pods
+        .list(&ListParams::default().labels(&format!("{VM_LABEL}=onfailure")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    wait_vm("onfailure", "onfailure running", |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| format!("{p:?}") == "Running")
+    })
+    .await;
+    set_pod_phase(&e, &onfailure.name_any(), "Succeeded", false).await;
+    wait_vm("onfailure", "onfailure succeeded", |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| format!("{p:?}") == "Succeeded")
+    })
+    .await;
+    let v = e.vms.get("onfailure").await.unwrap();
+    assert_eq!(v.status.as_ref().unwrap().restart_count, 0);
+    assert!(
+        e.pods
+            .get_opt(&onfailure.name_any())
+            .await
+            .unwrap()
+            .is_some(),
+        "the succeeded pod stays"
+    );
+
+    // Never: a running VM whose pod vanishes has failed, and stays so.
+    let never = e
+        .pods
+        .list(&ListParams::default().labels(&format!("{VM_LABEL}=never")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    wait_vm("never", "never running", |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| format!("{p:?}") == "Running")
+    })
+    .await;
+    e.pods
+        .delete(&never.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_vm("never", "never failed", |v| {
+        v.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| format!("{p:?}") == "Failed")
+    })
+    .await;
+    assert!(
+        e.pods
+            .list(&ListParams::default().labels(&format!("{VM_LABEL}=never")))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        e.vms
+            .get("never")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .restart_count,
+        0
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn conflicting_mappings_both_report_and_the_vm_uses_the_winner() {
+    let e = env("op-conflict").await;
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping("beta", tilt_rule("b.io/compute:1")),
+        )
+        .await
+        .unwrap();
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping("alpha", tilt_rule("a.io/compute:1")),
+        )
+        .await
+        .unwrap();
+    e.vms
+        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
+        .await
+        .unwrap();
+    wait_single_pod(&e, "dev", "a.io/compute:1").await;
+    let ms = wait_list(
+        e.mappings.clone(),
+        watcher::Config::default(),
+        "both mappings in Conflict",
+        |ms| {
+            ms.len() == 2
+                && ms.iter().all(|m| {
+                    m.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.reason == "Conflict" && c.status == "False")
+                    })
+                })
+        },
+    )
+    .await;
+    for m in &ms {
+        let c = &m.status.as_ref().unwrap().conditions[0];
+        let other = if m.name_any() == "alpha" {
+            "beta"
+        } else {
+            "alpha"
+        };
+        assert!(c.message.contains(other), "{}: {}", m.name_any(), c.message);
+    }
+    let v = e.vms.get("dev").await.unwrap();
+    let (status, reason, message) = condition(&v, "ImagesResolved").unwrap();
+    assert_eq!((status, reason), ("True", "Conflict"));
+    assert!(
+        message.contains("alpha") && message.contains("beta"),
+        "{message}"
+    );
+    assert_eq!(
+        resolved(&v, "rootDisk")
+            .unwrap()
+            .source
+            .as_ref()
+            .unwrap()
+            .name,
+        "alpha"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn invalid_rewrites_and_disallowed_targets_leave_the_pod_alone() {
+    let e = env("op-invalid").await;
+    let options = Options {
+        allowed_registries: Some(vec!["allowed.io".into(), "docker.io".into()]),
+        ..Options::default()
+    };
+    let _op = Operator::start(&[&e.ns], options).await;
+    e.vms
+        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
+        .await
+        .unwrap();
+    let pod = wait_single_pod(&e, "dev", COMPUTE_NORMALIZED).await;
+
+    // A regex rewrite whose result is not a reference.
+    let bad =
+        json!([{"match": {"regex": "docker\\.io/neondatabase/(.*)"}, "to": "allowed.io/UPPER/$1"}]);
+    e.mappings
+        .create(&PostParams::default(), &mapping("bad", bad))
+        .await
+        .unwrap();
+    let vms = wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        "InvalidRewrite",
+        |vms| {
+            vms.iter()
+                .any(|v| condition(v, "ImagesResolved").is_some_and(|c| c.1 == "InvalidRewrite"))
+        },
+    )
+    .await;
+    assert!(
+        condition(&vms[0], "ImagesResolved")
+            .unwrap()
+            .2
+            .contains("must be lowercase")
+    );
+    wait_event(&e, "dev", "InvalidRewrite").await;
+    assert_eq!(e.pods.get(&pod.name_any()).await.unwrap().uid(), pod.uid());
+
+    // A regex rewrite into a registry outside --allowed-registries.
+    let evil = json!([{"match": {"regex": "docker\\.io/neondatabase/(.*)"}, "to": "evil.io/$1"}]);
+    e.mappings
+        .patch(
+            "bad",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rules": evil}})),
+        )
+        .await
+        .unwrap();
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        "disallowed target",
+        |vms| {
+            vms.iter().any(|v| {
+                condition(v, "ImagesResolved").is_some_and(|c| {
+                    c.1 == "DisallowedTarget"
+                        && c.2.contains("not in the operator's allowed registries")
+                })
+            })
+        },
+    )
+    .await;
+    assert_eq!(e.pods.get(&pod.name_any()).await.unwrap().uid(), pod.uid());
+    wait_event_matching(&e, "dev", "DisallowedTarget", "allowed registries").await;
+
+    // A static target outside the allow-list refuses the rule and says so on the mapping.
+    let static_evil =
+        json!([{"match": {"repository": "neondatabase/neonvm-runner"}, "to": "evil.io/runner"}]);
+    e.mappings
+        .create(&PostParams::default(), &mapping("static", static_evil))
+        .await
+        .unwrap();
+    wait_list(
+        e.mappings.clone(),
+        watcher::Config::default(),
+        "DisallowedTarget",
+        |ms| {
+            ms.iter().any(|m| {
+                m.name_any() == "static"
+                    && m.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.reason == "DisallowedTarget" && c.message.contains("rule 0"))
+                    })
+            })
+        },
+    )
+    .await;
+    assert_eq!(e.pods.get(&pod.name_any()).await.unwrap().uid(), pod.uid());
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn steady_state_resync_makes_no_writes() {
+    let e = env("op-steady").await;
+    let first = Operator::start(&[&e.ns], Options::default()).await;
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping("tilt", tilt_rule("localhost:5000/compute:1")),
+        )
+        .await
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        e.vms
+            .create(
+                &PostParams::default(),
+                &vm(name, name != "c", "Always", COMPUTE),
+            )
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b", "c"] {
+        wait_single_pod(&e, name, "localhost:5000/compute:1").await;
+    }
+    wait_list(
+        e.mappings.clone(),
+        watcher::Config::default(),
+        "mapping status",
+        |ms| {
+            ms.iter()
+                .any(|m| m.status.as_ref().is_some_and(|s| s.affected_vms == Some(3)))
+        },
+    )
+    .await;
+    wait_value(first.progress.status_covers(), "statuses settled", |n| {
+        *n >= *first.progress.reconciles().borrow()
+    })
+    .await;
+    drop(first);
+
+    // A new operator lists everything afresh and reconciles every VM: a full resync.
+    let second = Operator::start(&[&e.ns], Options::default()).await;
+    let ns = e.ns.clone();
+    wait_value(
+        second.progress.reconciled_vms(),
+        "every VM reconciled",
+        |set| {
+            set.iter()
+                .filter(|k| k.starts_with(&format!("{ns}/")))
+                .count()
+                == 3
+        },
+    )
+    .await;
+    let reconciles = *second.progress.reconciles().borrow();
+    wait_value(
+        second.progress.status_covers(),
+        "a status pass after them",
+        |n| *n >= reconciles,
+    )
+    .await;
+    let writes: Vec<String> = second
+        .requests
+        .snapshot()
+        .into_iter()
+        .filter(|(k, _)| k.is_write())
+        .map(|(k, n)| format!("{k} x{n}"))
+        .collect();
+    assert!(writes.is_empty(), "writes in steady state: {writes:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn cluster_mappings_follow_namespace_selectors_and_namespaced_ones_stay_home() {
+    let client = client().await;
+    install_crds(&client).await;
+    let selected = fresh_namespace(&client, "op-selected").await;
+    let other = fresh_namespace(&client, "op-other").await;
+    let label = format!("selected-{selected}");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            &selected,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"imagemap-test/selected": label}}})),
+        )
+        .await
+        .unwrap();
+    let _op = Operator::start(&[&selected, &other], Options::default()).await;
+    let cluster: ClusterImageMapping = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1", "kind": "ClusterImageMapping",
+        "metadata": {"name": format!("{selected}-mirror")},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"imagemap-test/selected": label}},
+            "rules": [{"match": {"prefix": "docker.io/neondatabase"}, "to": "mirror.io/neon"}]
+        }
+    }))
+    .unwrap();
+    Api::<ClusterImageMapping>::all(client.clone())
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    // A namespaced mapping in `other` for the kernel image.
+    let other_mappings: Api<ImageMapping> = Api::namespaced(client.clone(), &other);
+    other_mappings
+        .create(
+            &PostParams::default(),
+            &mapping(
+                "local",
+                json!([{"match": {"repository": "busybox"}, "to": "other.io/busybox"}]),
+            ),
+        )
+        .await
+        .unwrap();
+    let env_for = |ns: &str| Env {
+        client: client.clone(),
+        ns: ns.to_string(),
+        vms: Api::namespaced(client.clone(), ns),
+        pods: Api::namespaced(client.clone(), ns),
+        mappings: Api::namespaced(client.clone(), ns),
+    };
+    let (sel, oth) = (env_for(&selected), env_for(&other));
+    for e in [&sel, &oth] {
+        e.vms
+            .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
+            .await
+            .unwrap();
+        e.vms
+            .create(
+                &PostParams::default(),
+                &vm("box", true, "Always", "busybox:1.36"),
+            )
+            .await
+            .unwrap();
+    }
+    wait_single_pod(&sel, "dev", "mirror.io/neon/vm-compute-node-v17:latest").await;
+    wait_single_pod(&oth, "dev", COMPUTE_NORMALIZED).await;
+    wait_single_pod(&oth, "box", "other.io/busybox:1.36").await;
+    wait_single_pod(&sel, "box", "docker.io/library/busybox:1.36").await;
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
+    const N: usize = 200;
+    let e = env("op-fanout").await;
+    let op = Operator::start(
+        &[&e.ns],
+        Options {
+            max_recreates_per_minute: 0,
+            ..Options::default()
+        },
+    )
+    .await;
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping("tilt", tilt_rule("localhost:5000/compute:1")),
+        )
+        .await
+        .unwrap();
+    for i in 0..N {
+        e.vms
+            .create(
+                &PostParams::default(),
+                &vm(&format!("vm-{i:03}"), true, "Always", COMPUTE),
+            )
+            .await
+            .unwrap();
+    }
+    let limit = Duration::from_secs(180);
+    let on_image = |tag: &'static str| {
+        move |pods: &[Arc<Pod>]| {
+            let l = live(pods);
+            pods.len() == N
+                && l.len() == N
+                && l.iter()
+                    .all(|p| root_disk(p) == format!("localhost:5000/compute:{tag}"))
+        }
+    };
+    wait_list_for(
+        limit,
+        e.pods.clone(),
+        watcher::Config::default(),
+        "200 pods on :1",
+        on_image("1"),
+    )
+    .await;
+    let settled = |tag: &'static str| {
+        move |vms: &[Arc<VirtualMachine>]| {
+            vms.len() == N
+                && vms.iter().all(|v| {
+                    let s = v.status.as_ref();
+                    resolved(v, "rootDisk").and_then(|r| r.resolved.as_deref())
+                        == Some(&format!("localhost:5000/compute:{tag}"))
+                        && s.and_then(|s| s.pod_name.as_ref()).is_some()
+                })
+        }
+    };
+    wait_list_for(
+        limit,
+        e.vms.clone(),
+        watcher::Config::default(),
+        "200 VMs settled on :1",
+        settled("1"),
+    )
+    .await;
+    wait_value(op.progress.status_covers(), "statuses settled", |n| {
+        *n >= *op.progress.reconciles().borrow()
+    })
+    .await;
+
+    let before = op.requests.snapshot();
+    let started = Instant::now();
+    let patch = json!({"spec": {"rules": tilt_rule("localhost:5000/compute:2")}});
+    e.mappings
+        .patch("tilt", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_list_for(
+        limit,
+        e.pods.clone(),
+        watcher::Config::default(),
+        "200 pods on :2",
+        on_image("2"),
+    )
+    .await;
+    wait_list_for(
+        limit,
+        e.vms.clone(),
+        watcher::Config::default(),
+        "200 VMs settled on :2",
+        settled("2"),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    let after = op.requests.snapshot();
+    let delta = |pred: &dyn Fn(&imagemap::api_requests::RequestKey) -> bool| -> u64 {
+        after
+            .iter()
+            .filter(|(k, _)| pred(k))
+            .map(|(k, n)| n - before.get(k).copied().unwrap_or(0))
+            .sum()
+    };
+    let writes = delta(&|k| {
+        k.is_write() && (k.resource == "pods" || k.resource == "virtualmachines/status")
+    });
+    let event_writes = delta(&|k| k.is_write() && k.resource == "events");
+    let mapping_writes = delta(&|k| k.is_write() && k.resource.ends_with("imagemappings/status"));
+    let lists = delta(&|k| k.verb == "list");
+    println!(
+        "fan-out: {N} liveReload VMs converged in {:.2}s with {writes} writes to pods and VMs ({:.2} per VM), {event_writes} event writes, {mapping_writes} mapping status writes, {lists} LISTs; all requests: {:?}",
+        elapsed.as_secs_f64(),
+        writes as f64 / N as f64,
+        after
+            .iter()
+            .map(|(k, n)| (k.to_string(), n - before.get(k).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect::<Vec<_>>()
+    );
+    assert!(writes <= 3 * N as u64, "{writes} writes for {N} VMs");
+    assert_eq!(lists, 0, "no LIST during the fan-out");
+}
