@@ -19,31 +19,57 @@ use crate::api::{ClusterImageMapping, ImageMapping, ImageMappingStatus, VirtualM
 use crate::mapping_status::{self, MappingView, VmView};
 use crate::rules::{MappingKey, Scope};
 
+/// The cached VMs the operator acts on, with their namespaces' labels.
+struct VmsInScope {
+    vms: Vec<Arc<VirtualMachine>>,
+    labels: BTreeMap<String, BTreeMap<String, String>>,
+    none: BTreeMap<String, String>,
+}
+
+impl VmsInScope {
+    fn read(ctx: &Context) -> VmsInScope {
+        let vms: Vec<Arc<VirtualMachine>> = ctx
+            .vms
+            .state()
+            .into_iter()
+            .filter(|vm| ctx.in_scope(&vm.namespace().unwrap_or_default()))
+            .collect();
+        let labels = vms
+            .iter()
+            .filter_map(|vm| vm.namespace())
+            .map(|ns| {
+                let l = ctx.namespace_labels(&ns);
+                (ns, l)
+            })
+            .collect();
+        VmsInScope {
+            vms,
+            labels,
+            none: BTreeMap::new(),
+        }
+    }
+
+    fn views(&self) -> Vec<VmView<'_>> {
+        self.vms
+            .iter()
+            .map(|vm| VmView {
+                vm: vm.as_ref(),
+                namespace_labels: vm
+                    .namespace()
+                    .and_then(|ns| self.labels.get(&ns))
+                    .unwrap_or(&self.none),
+            })
+            .collect()
+    }
+}
+
 /// Recompiles the rules from the caches and asks for a reconcile of every VM whose images
 /// resolve differently under the new rules than under the last compiled ones — which also
 /// covers mappings deleted or changed while a watch was down.
 pub fn apply_rule_change(ctx: &Context, trigger: &UnboundedSender<ObjectRef<VirtualMachine>>) {
     let (old, new) = ctx.recompile();
-    let vms = ctx.vms.state();
-    let labels: BTreeMap<String, BTreeMap<String, String>> = vms
-        .iter()
-        .filter_map(|vm| vm.namespace())
-        .map(|ns| {
-            let l = ctx.namespace_labels(&ns);
-            (ns, l)
-        })
-        .collect();
-    let empty = BTreeMap::new();
-    let views = vms
-        .iter()
-        .filter(|vm| ctx.in_scope(&vm.namespace().unwrap_or_default()))
-        .map(|vm| VmView {
-            vm: vm.as_ref(),
-            namespace_labels: vm
-                .namespace()
-                .and_then(|ns| labels.get(&ns))
-                .unwrap_or(&empty),
-        });
+    let scope = VmsInScope::read(ctx);
+    let views = scope.views();
     let affected =
         mapping_status::affected_vms(&old, &new, views, &ctx.options.default_runner_image);
     tracing::debug!(
@@ -101,27 +127,8 @@ async fn write_statuses(ctx: &Context) -> Result<(), kube::Error> {
     let rules = ctx.rules();
     let mappings = ctx.mappings.state();
     let cluster = ctx.cluster_mappings.state();
-    let vms = ctx.vms.state();
-    let labels: BTreeMap<String, BTreeMap<String, String>> = vms
-        .iter()
-        .filter_map(|vm| vm.namespace())
-        .map(|ns| {
-            let l = ctx.namespace_labels(&ns);
-            (ns, l)
-        })
-        .collect();
-    let empty = BTreeMap::new();
-    let views: Vec<VmView> = vms
-        .iter()
-        .filter(|vm| ctx.in_scope(&vm.namespace().unwrap_or_default()))
-        .map(|vm| VmView {
-            vm: vm.as_ref(),
-            namespace_labels: vm
-                .namespace()
-                .and_then(|ns| labels.get(&ns))
-                .unwrap_or(&empty),
-        })
-        .collect();
+    let scope = VmsInScope::read(ctx);
+    let views = scope.views();
     let mut list: Vec<MappingView> = mappings
         .iter()
         .filter(|m| ctx.in_scope(&m.namespace().unwrap_or_default()))
