@@ -13,14 +13,7 @@ fn main() -> ExitCode {
             &mut std::io::stderr().lock(),
         ),
         Command::Run(args) => {
-            tracing_subscriber::fmt()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            imagemap::cli::run::init_logging(args.log_format);
             let runtime = tokio::runtime::Runtime::new();
             match runtime
                 .map_err(anyhow::Error::from)

@@ -5,6 +5,7 @@
 //! with one field manager, or a pod create/delete.
 
 mod context;
+pub mod health;
 mod mappings;
 mod progress;
 mod vm_reconciler;
@@ -28,6 +29,12 @@ pub use vm_reconciler::ReconcileError;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::runner_pod::VM_LABEL;
 
+/// Records each watch result for the liveness probe.
+fn seen<T>(p: &Arc<Progress>) -> impl Fn(&Result<T, watcher::Error>) + use<T> {
+    let p = Arc::clone(p);
+    move |r| p.health.watch_result(r.is_ok())
+}
+
 enum Change {
     Rules,
     Namespace(String),
@@ -35,14 +42,22 @@ enum Change {
 
 /// Runs the operator until the VirtualMachine controller stops (or the future is dropped).
 pub async fn run(client: Client, options: Options) -> anyhow::Result<()> {
-    run_with(client, options, Arc::new(Progress::default())).await
+    run_with(
+        client,
+        options,
+        Arc::new(Progress::default()),
+        std::future::pending(),
+    )
+    .await
 }
 
-/// [`run`], reporting finished work to `progress`.
+/// [`run`], reporting finished work to `progress`. When `shutdown` completes, no new
+/// reconcile starts, the running ones finish, and the function returns.
 pub async fn run_with(
     client: Client,
     options: Options,
     progress: Arc<Progress>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let cfg = watcher::Config::default;
     let (mapping_store, mapping_writer) = reflector::store::<ImageMapping>();
@@ -52,18 +67,21 @@ pub async fn run_with(
 
     let mapping_events = watcher(Api::<ImageMapping>::all(client.clone()), cfg())
         .default_backoff()
+        .inspect(seen(&progress))
         .reflect(mapping_writer)
         .touched_objects()
         .map(|_| Change::Rules)
         .boxed();
     let cluster_events = watcher(Api::<ClusterImageMapping>::all(client.clone()), cfg())
         .default_backoff()
+        .inspect(seen(&progress))
         .reflect(cluster_writer)
         .touched_objects()
         .map(|_| Change::Rules)
         .boxed();
     let ns_events = watcher(Api::<Namespace>::all(client.clone()), cfg())
         .default_backoff()
+        .inspect(seen(&progress))
         .reflect(ns_writer)
         .touched_objects()
         .map(|ns| match ns {
@@ -73,13 +91,15 @@ pub async fn run_with(
         .boxed();
     let pod_events = watcher(Api::<Pod>::all(client.clone()), cfg().labels(VM_LABEL))
         .default_backoff()
+        .inspect(seen(&progress))
         .reflect(pod_writer)
         .touched_objects();
 
     let (trigger, triggers) = futures::channel::mpsc::unbounded::<ObjectRef<VirtualMachine>>();
     let controller = Controller::new(Api::<VirtualMachine>::all(client.clone()), cfg())
         .owns_stream(pod_events)
-        .reconcile_on(triggers);
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown);
     let reporter = Reporter {
         controller: "imagemap".into(),
         instance: std::env::var("POD_NAME").ok(),
@@ -103,7 +123,8 @@ pub async fn run_with(
     let rules_task = tokio::spawn(async move {
         let mut changes = stream::select_all([mapping_events, cluster_events, ns_events]);
         let mut ready = Some(ready_tx);
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        let (vm_store, pod_store) = (rules_ctx.vms.clone(), rules_ctx.pods.clone());
         loop {
             tokio::select! {
                 change = changes.next() => {
@@ -115,8 +136,9 @@ pub async fn run_with(
                         }
                     }
                 }
-                _ = tick.tick(), if ready.is_some() => {}
+                _ = tick.tick() => {}
             }
+            rules_ctx.progress.health.beat();
             let stores_ready = || {
                 [
                     mapping_store.wait_until_ready().now_or_never(),
@@ -126,6 +148,14 @@ pub async fn run_with(
                 .iter()
                 .all(|r| matches!(r, Some(Ok(()))))
             };
+            let synced = ready.is_none()
+                && [
+                    vm_store.wait_until_ready().now_or_never(),
+                    pod_store.wait_until_ready().now_or_never(),
+                ]
+                .iter()
+                .all(|r| matches!(r, Some(Ok(()))));
+            rules_ctx.progress.health.set_synced(synced);
             if ready.is_some() && stores_ready() {
                 rules_ctx.recompile();
                 rules_ctx.mapping_status.notify_one();

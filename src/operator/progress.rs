@@ -5,6 +5,8 @@ use tokio::sync::watch;
 /// How much work the operator has finished.
 #[derive(Debug)]
 pub struct Progress {
+    /// What the probes read.
+    pub health: super::health::Health,
     reconciles: watch::Sender<u64>,
     reconciled_vms: watch::Sender<std::collections::BTreeSet<String>>,
     status_covers: watch::Sender<u64>,
@@ -13,6 +15,7 @@ pub struct Progress {
 impl Default for Progress {
     fn default() -> Self {
         Progress {
+            health: Default::default(),
             reconciles: watch::Sender::new(0),
             reconciled_vms: watch::Sender::new(Default::default()),
             status_covers: watch::Sender::new(0),

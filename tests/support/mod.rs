@@ -129,7 +129,7 @@ impl Operator {
         };
         let p = Arc::clone(&progress);
         let handle = tokio::spawn(async move {
-            if let Err(e) = operator::run_with(client, options, p).await {
+            if let Err(e) = operator::run_with(client, options, p, std::future::pending()).await {
                 panic!("operator stopped: {e:#}");
             }
         });
