@@ -1028,3 +1028,83 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
     assert!(writes <= 3 * N as u64, "{writes} writes for {N} VMs");
     assert_eq!(lists, 0, "no LIST during the fan-out");
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn only_the_leader_acts_and_another_takes_over() {
+    let e = env("op-leader").await;
+    let election = |identity: &str| imagemap::operator::LeaderElection {
+        lease_name: "imagemap".into(),
+        namespace: e.ns.clone(),
+        identity: identity.into(),
+        lease_duration: 4,
+        grace: 1,
+    };
+    let (first, first_stop) = Operator::start_elected(&[&e.ns], election("first")).await;
+    e.vms
+        .create(&PostParams::default(), &vm("one", false, "Always", COMPUTE))
+        .await
+        .unwrap();
+    wait_single_pod(&e, "one", COMPUTE_NORMALIZED).await;
+    let (mut second, _second_stop) = Operator::start_elected(&[&e.ns], election("second")).await;
+    e.vms
+        .create(&PostParams::default(), &vm("two", false, "Always", COMPUTE))
+        .await
+        .unwrap();
+    wait_single_pod(&e, "two", COMPUTE_NORMALIZED).await;
+    let acted = |op: &Operator| {
+        op.requests.count(|k| {
+            k.is_write() && (k.resource == "pods" || k.resource == "virtualmachines/status")
+        })
+    };
+    assert!(acted(&first) > 0);
+    assert_eq!(acted(&second), 0, "the follower wrote");
+
+    // A graceful stop releases the Lease: the follower takes over at once.
+    let started = Instant::now();
+    first_stop.send(()).unwrap();
+    drop(first);
+    e.vms
+        .create(
+            &PostParams::default(),
+            &vm("three", false, "Always", COMPUTE),
+        )
+        .await
+        .unwrap();
+    wait_single_pod(&e, "three", COMPUTE_NORMALIZED).await;
+    let graceful = started.elapsed();
+    assert!(acted(&second) > 0);
+
+    // A crash leaves the Lease to expire: a new instance takes over within its duration.
+    let (third, _third_stop) = Operator::start_elected(&[&e.ns], election("third")).await;
+    let started = Instant::now();
+    second.handle_abort();
+    e.vms
+        .create(
+            &PostParams::default(),
+            &vm("four", false, "Always", COMPUTE),
+        )
+        .await
+        .unwrap();
+    wait_single_pod(&e, "four", COMPUTE_NORMALIZED).await;
+    let crashed = started.elapsed();
+    assert!(acted(&third) > 0);
+    assert!(
+        crashed <= Duration::from_secs(4 + 1 + 3),
+        "takeover took {crashed:?}"
+    );
+    println!(
+        "leader takeover: {:.2}s after a graceful stop, {:.2}s after a crash (lease 4s + 1s grace)",
+        graceful.as_secs_f64(),
+        crashed.as_secs_f64()
+    );
+    for name in ["one", "two", "three", "four"] {
+        let pods = e
+            .pods
+            .list(&ListParams::default().labels(&format!("{VM_LABEL}={name}")))
+            .await
+            .unwrap();
+        assert_eq!(pods.items.len(), 1, "{name}");
+    }
+    second.finished().await;
+}

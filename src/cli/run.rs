@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::operator::{self, Options, Progress, health};
+use crate::operator::{self, LeaderElection, Options, Progress, health};
 use crate::vm_images;
 
 /// Arguments of `imagemap run`.
@@ -25,6 +25,19 @@ pub struct RunArgs {
     /// Address of the /livez and /readyz endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
+    /// Run only while holding a Lease, so that several replicas have one active operator.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease. Default: `POD_NAMESPACE`, else `default`.
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, default_value = "imagemap-operator")]
+    pub lease_name: String,
+    /// Seconds the leader holds the Lease without renewing it before another replica may
+    /// take over.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration_seconds: u64,
     /// Log format: `plain` text or one `json` object per line. Levels follow `RUST_LOG`
     /// (default `info`).
     #[arg(long, value_enum, default_value_t = LogFormat::Plain)]
@@ -87,7 +100,29 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
             }
         });
     }
-    operator::run_with(client, args.options(), progress, shutdown_signal()).await
+    if !args.leader_elect {
+        return operator::run_with(client, args.options(), progress, shutdown_signal()).await;
+    }
+    let election = LeaderElection {
+        lease_name: args.lease_name.clone(),
+        namespace: args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
+        identity: std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("imagemap-{}", std::process::id())),
+        lease_duration: args.lease_duration_seconds,
+        grace: 2,
+    };
+    operator::run_elected(
+        client,
+        args.options(),
+        progress,
+        election,
+        shutdown_signal(),
+    )
+    .await
 }
 
 async fn shutdown_signal() {

@@ -6,6 +6,7 @@
 
 mod context;
 pub mod health;
+mod leader;
 mod mappings;
 mod progress;
 mod vm_reconciler;
@@ -23,6 +24,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 pub use context::{Context, FIELD_MANAGER, Options};
+pub use leader::{LeaderElection, run_elected};
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
 

@@ -141,6 +141,51 @@ impl Operator {
     }
 }
 
+impl Operator {
+    /// Starts an operator that runs only while it holds the Lease of `election`;
+    /// `stop()` (through the returned sender) shuts it down gracefully, releasing the Lease.
+    pub async fn start_elected(
+        namespaces: &[&str],
+        election: operator::LeaderElection,
+    ) -> (Operator, tokio::sync::oneshot::Sender<()>) {
+        let config = kube::Config::infer().await.expect("KUBECONFIG");
+        let (client, requests) = client_with_counter(config).expect("client");
+        let progress = Arc::new(Progress::default());
+        let options = Options {
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            ..Options::default()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let p = Arc::clone(&progress);
+        let handle = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) = operator::run_elected(client, options, p, election, shutdown).await {
+                panic!("operator stopped: {e:#}");
+            }
+        });
+        (
+            Operator {
+                requests,
+                progress,
+                handle,
+            },
+            stop,
+        )
+    }
+
+    /// Stops the operator as if it crashed.
+    pub fn handle_abort(&self) {
+        self.handle.abort();
+    }
+
+    /// Waits until the operator's task has ended.
+    pub async fn finished(&mut self) {
+        let _ = tokio::time::timeout(WAIT, &mut self.handle).await;
+    }
+}
+
 impl Drop for Operator {
     fn drop(&mut self) {
         self.handle.abort();
