@@ -1075,7 +1075,8 @@ async fn only_the_leader_acts_and_another_takes_over() {
     let graceful = started.elapsed();
     assert!(acted(&second) > 0);
 
-    // A crash leaves the Lease to expire: a new instance takes over within its duration.
+    // The leader stopped abruptly (its task aborted): a new instance takes over within the
+    // lease duration.
     let (third, _third_stop) = Operator::start_elected(&[&e.ns], election("third")).await;
     let started = Instant::now();
     second.handle_abort();

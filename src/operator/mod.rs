@@ -31,6 +31,15 @@ pub use vm_reconciler::ReconcileError;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::runner_pod::VM_LABEL;
 
+/// Ends a background task when the operator future ends or is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Records each watch result for the liveness probe.
 fn seen<T>(p: &Arc<Progress>) -> impl Fn(&Result<T, watcher::Error>) + use<T> {
     let p = Arc::clone(p);
@@ -122,7 +131,7 @@ pub async fn run_with(
     // reconciled, or VMs would first get pods with unmapped images.
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
     let rules_ctx = Arc::clone(&ctx);
-    let rules_task = tokio::spawn(async move {
+    let _rules_task = AbortOnDrop(tokio::spawn(async move {
         let mut changes = stream::select_all([mapping_events, cluster_events, ns_events]);
         let mut ready = Some(ready_tx);
         let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -166,12 +175,12 @@ pub async fn run_with(
                 }
             }
         }
-    });
-    let status_task = tokio::spawn(mappings::status_loop(Arc::clone(&ctx)));
+    }));
+    let _status_task = AbortOnDrop(tokio::spawn(mappings::status_loop(Arc::clone(&ctx))));
     let ctx_progress = Arc::clone(&ctx.progress);
-    let result = async {
-        ready_rx.await?;
-        tracing::info!("mappings and namespaces listed; reconciling VirtualMachines");
+    ready_rx.await?;
+    tracing::info!("mappings and namespaces listed; reconciling VirtualMachines");
+    {
         controller
             .run(vm_reconciler::reconcile, vm_reconciler::error_policy, ctx)
             .for_each(|res| {
@@ -190,10 +199,6 @@ pub async fn run_with(
                 futures::future::ready(())
             })
             .await;
-        anyhow::Ok(())
     }
-    .await;
-    rules_task.abort();
-    status_task.abort();
-    result
+    Ok(())
 }

@@ -142,6 +142,29 @@ impl Operator {
 }
 
 impl Operator {
+    /// Starts an operator acting in all namespaces with `config`'s credentials, running
+    /// while it holds the Lease of `election`.
+    pub fn start_as(config: kube::Config, election: operator::LeaderElection) -> Operator {
+        let (client, requests) = client_with_counter(config).expect("client");
+        let progress = Arc::new(Progress::default());
+        let p = Arc::clone(&progress);
+        let handle = tokio::spawn(async move {
+            let _ = operator::run_elected(
+                client,
+                Options::default(),
+                p,
+                election,
+                std::future::pending(),
+            )
+            .await;
+        });
+        Operator {
+            requests,
+            progress,
+            handle,
+        }
+    }
+
     /// Starts an operator that runs only while it holds the Lease of `election`;
     /// `stop()` (through the returned sender) shuts it down gracefully, releasing the Lease.
     pub async fn start_elected(

@@ -1,0 +1,483 @@
+//! The install manifests on the real API server, and the operator's RBAC proven: the shipped
+//! ServiceAccount (with a TokenRequest token) passes the main scenario, and removing any one
+//! of its rules makes the scenario fail. Run with `scripts/test`.
+
+#![allow(clippy::unwrap_used)] // test code
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use imagemap::operator::LeaderElection;
+use imagemap::runner_pod::VM_LABEL;
+use imagemap::vm_plan::pod_images;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
+};
+use kube::Client;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::*;
+
+const SYSTEM_NS: &str = "imagemap-system";
+
+async fn install(client: &Client) {
+    install_crds(client).await;
+    kubectl_ok(&["apply", "-k", "deploy/"]);
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn deploy_installs_with_kustomize_and_its_flags_exist() {
+    let client = client().await;
+    install(&client).await;
+    let deployment = kubectl_ok(&[
+        "get",
+        "deployment",
+        "imagemap",
+        "-n",
+        SYSTEM_NS,
+        "-o",
+        "json",
+    ]);
+    let deployment: serde_json::Value = serde_json::from_str(&deployment).unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["command"][0], "/usr/local/bin/imagemap",
+        "the Dockerfile installs the binary there"
+    );
+    let dockerfile = std::fs::read_to_string(repo("Dockerfile")).unwrap();
+    assert!(dockerfile.contains("/usr/local/bin/imagemap"));
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(args[0], "run");
+    let help = Command::new(env!("CARGO_BIN_EXE_imagemap"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in &args[1..] {
+        let name = flag.split('=').next().unwrap();
+        assert!(
+            help.contains(&format!("{name} "))
+                || help.contains(&format!("{name}="))
+                || help.contains(&format!("{name}\n")),
+            "{name} is not a flag of `imagemap run`:\n{help}"
+        );
+    }
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+        true
+    );
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+}
+
+fn repo(rel: &str) -> String {
+    format!("{REPO}/{rel}")
+}
+
+/// A ServiceAccount token from the TokenRequest API, as a kube Config.
+async fn config_for(service_account: &str) -> kube::Config {
+    let out = Command::new("kubectl")
+        .args([
+            "create",
+            "token",
+            service_account,
+            "-n",
+            SYSTEM_NS,
+            "--duration=1h",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let mut config = kube::Config::infer().await.unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(secrecy::SecretString::from(token)),
+        ..Default::default()
+    };
+    config
+}
+
+/// The main scenario, as the operator's ServiceAccount. `Err` names the first step that
+/// did not happen within `limit`.
+async fn scenario(
+    admin: &Client,
+    config: kube::Config,
+    lease: &str,
+    limit: Duration,
+) -> Result<(), String> {
+    let ns = fresh_namespace(admin, "rbac").await;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    namespaces
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"imagemap-rbac": ns}}})),
+        )
+        .await
+        .unwrap();
+    let _op = Operator::start_as(
+        config,
+        LeaderElection {
+            lease_name: lease.into(),
+            namespace: SYSTEM_NS.into(),
+            identity: format!("{lease}-0"),
+            lease_duration: 10,
+            grace: 2,
+        },
+    );
+    let cluster_name = format!("{ns}-mirror");
+    let cluster = |to: &str| -> ClusterImageMapping {
+        serde_json::from_value(json!({
+            "apiVersion": "imagemap.dev/v1alpha1", "kind": "ClusterImageMapping",
+            "metadata": {"name": cluster_name},
+            "spec": {"namespaceSelector": {"matchLabels": {"imagemap-rbac": ns}},
+                     "rules": [{"match": {"prefix": "docker.io/neondatabase"}, "to": to}]}
+        }))
+        .unwrap()
+    };
+    let clusters: Api<ClusterImageMapping> = Api::all(admin.clone());
+    clusters
+        .create(&PostParams::default(), &cluster("mirror.io/neon"))
+        .await
+        .unwrap();
+    let mapping: ImageMapping = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping", "metadata": {"name": "local"},
+        "spec": {"rules": [{"match": {"repository": "busybox"}, "to": "x.io/busybox"}]}
+    }))
+    .unwrap();
+    let mappings: Api<ImageMapping> = Api::namespaced(admin.clone(), &ns);
+    mappings
+        .create(&PostParams::default(), &mapping)
+        .await
+        .unwrap();
+    let vm: VirtualMachine = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "vm"},
+        "spec": {"liveReload": true, "guest": {"rootDisk": {"image": "neondatabase/vm-compute-node-v17:latest"}}}
+    }))
+    .unwrap();
+    let vms: Api<VirtualMachine> = Api::namespaced(admin.clone(), &ns);
+    vms.create(&PostParams::default(), &vm).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+
+    let step = |what: &'static str, ok: bool| if ok { Ok(()) } else { Err(what.to_string()) };
+    let deadline = tokio::time::Instant::now() + limit;
+    let until = |what: &'static str| async move {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{what}: not within {limit:?}"));
+        }
+        Ok(())
+    };
+    let pod_disk = |pods: &[Pod]| {
+        pods.first()
+            .map(|p| pod_images(p).get("rootDisk").cloned().unwrap_or_default())
+    };
+    // Each step polls the API (as the admin) until it holds or the time is up.
+    macro_rules! wait {
+        ($what:literal, $check:expr) => {
+            loop {
+                if $check {
+                    break;
+                }
+                until($what).await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+    }
+    let list = ListParams::default().labels(&format!("{VM_LABEL}=vm"));
+    wait!("a pod with the mapped image", {
+        let p = pods.list(&list).await.unwrap().items;
+        p.len() == 1 && pod_disk(&p).as_deref() == Some("mirror.io/neon/vm-compute-node-v17:latest")
+    });
+    wait!("VM status naming the ClusterImageMapping", {
+        let v = vms.get("vm").await.unwrap();
+        v.status.as_ref().is_some_and(|s| {
+            s.resolved_images
+                .iter()
+                .any(|i| i.source.as_ref().is_some_and(|s| s.name == cluster_name))
+        })
+    });
+    wait!(
+        "ImageMapping status",
+        mappings.get("local").await.unwrap().status.is_some()
+    );
+    wait!(
+        "ClusterImageMapping status",
+        clusters.get(&cluster_name).await.unwrap().status.is_some()
+    );
+    wait!("a PodCreated event", {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("PodCreated"))
+    });
+    clusters
+        .patch(&cluster_name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"rules": [{"match": {"prefix": "docker.io/neondatabase"}, "to": "mirror2.io/neon"}]}})))
+        .await
+        .unwrap();
+    wait!("the pod replaced for liveReload", {
+        let p = pods.list(&list).await.unwrap().items;
+        p.len() == 1
+            && pod_disk(&p).as_deref() == Some("mirror2.io/neon/vm-compute-node-v17:latest")
+    });
+    let _ = clusters.delete(&cluster_name, &Default::default()).await;
+    step("done", true)
+}
+
+fn documents<T: serde::de::DeserializeOwned>(text: &str, kind: &str) -> Vec<T> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &serde_json::Value| v["kind"] == kind)
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect()
+}
+
+/// A ServiceAccount bound to the shipped roles with one rule removed (`None`: all rules).
+async fn account_without(admin: &Client, name: &str, drop_rule: Option<usize>) -> String {
+    let text = std::fs::read_to_string(repo("deploy/operator-rbac.yaml")).unwrap();
+    let mut cluster_role: ClusterRole = documents(&text, "ClusterRole").remove(0);
+    let mut role: Role = documents(&text, "Role").remove(0);
+    let n_cluster = cluster_role.rules.as_ref().unwrap().len();
+    if let Some(i) = drop_rule {
+        if i < n_cluster {
+            cluster_role.rules.as_mut().unwrap().remove(i);
+        } else {
+            role.rules.as_mut().unwrap().remove(i - n_cluster);
+        }
+    }
+    let meta = |ns: Option<&str>| ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: ns.map(Into::into),
+        ..Default::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: name.into(),
+        namespace: Some(SYSTEM_NS.into()),
+        ..Default::default()
+    };
+    let pp = PostParams::default();
+    Api::<ServiceAccount>::namespaced(admin.clone(), SYSTEM_NS)
+        .create(
+            &pp,
+            &ServiceAccount {
+                metadata: meta(Some(SYSTEM_NS)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    cluster_role.metadata = meta(None);
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &cluster_role)
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(
+            &pp,
+            &ClusterRoleBinding {
+                metadata: meta(None),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: name.into(),
+                },
+                subjects: Some(vec![subject.clone()]),
+            },
+        )
+        .await
+        .unwrap();
+    role.metadata = meta(Some(SYSTEM_NS));
+    Api::<Role>::namespaced(admin.clone(), SYSTEM_NS)
+        .create(&pp, &role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), SYSTEM_NS)
+        .create(
+            &pp,
+            &RoleBinding {
+                metadata: meta(Some(SYSTEM_NS)),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "Role".into(),
+                    name: name.into(),
+                },
+                subjects: Some(vec![subject]),
+            },
+        )
+        .await
+        .unwrap();
+    name.to_string()
+}
+
+fn describe(rule: &k8s_openapi::api::rbac::v1::PolicyRule) -> String {
+    format!(
+        "{:?} {:?} {:?}",
+        rule.api_groups.clone().unwrap_or_default(),
+        rule.resources.clone().unwrap_or_default(),
+        rule.verbs
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
+    let admin = client().await;
+    install(&admin).await;
+    let run_id = std::process::id();
+
+    // The shipped ServiceAccount itself.
+    let config = config_for("imagemap").await;
+    scenario(&admin, config, &format!("rbac-shipped-{run_id}"), WAIT)
+        .await
+        .expect("the shipped RBAC is enough");
+
+    let text = std::fs::read_to_string(repo("deploy/operator-rbac.yaml")).unwrap();
+    let rules: Vec<_> = documents::<ClusterRole>(&text, "ClusterRole")[0]
+        .rules
+        .clone()
+        .unwrap()
+        .into_iter()
+        .chain(documents::<Role>(&text, "Role")[0].rules.clone().unwrap())
+        .collect();
+    // Rules this environment cannot exercise: no OwnerReferencesPermissionEnforcement
+    // admission plugin runs here, so nothing needs virtualmachines/finalizers.
+    let unprovable = ["virtualmachines/finalizers"];
+    let mut report = Vec::new();
+    for (i, rule) in rules.iter().enumerate() {
+        let resources = rule.resources.clone().unwrap_or_default();
+        if resources.iter().any(|r| unprovable.contains(&r.as_str())) {
+            report.push(format!("{}: not exercised here", describe(rule)));
+            continue;
+        }
+        let name = account_without(&admin, &format!("imagemap-minus-{i}-{run_id}"), Some(i)).await;
+        let config = config_for(&name).await;
+        let result = scenario(
+            &admin,
+            config,
+            &format!("rbac-minus-{i}-{run_id}"),
+            Duration::from_secs(15),
+        )
+        .await;
+        let failed_at = result.expect_err(&format!(
+            "the scenario passed without rule {}",
+            describe(rule)
+        ));
+        report.push(format!(
+            "{}: removing it fails at \"{failed_at}\"",
+            describe(rule)
+        ));
+    }
+    println!("RBAC rules:\n{}", report.join("\n"));
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn namespace_editors_write_image_mappings_but_not_cluster_ones() {
+    let admin = client().await;
+    install(&admin).await;
+    let ns = fresh_namespace(&admin, "rbac-edit").await;
+    let user = format!("alice-{ns}");
+    // The built-in `edit` role, bound in one namespace. imagemap's rules reach it through
+    // ClusterRole aggregation (the control plane runs that controller).
+    kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "alice-edit",
+        "--clusterrole=edit",
+        &format!("--user={user}"),
+        "-n",
+        &ns,
+    ]);
+    let can = |verb: &str, resource: &str, namespace: Option<&str>| {
+        let mut args = vec!["auth", "can-i", verb, resource, "--as", user.as_str()];
+        if let Some(n) = namespace {
+            args.extend(["-n", n]);
+        }
+        kubectl(&args).status.success()
+    };
+    wait_list(
+        Api::<ClusterRole>::all(admin.clone()),
+        kube::runtime::watcher::Config::default().fields("metadata.name=edit"),
+        "imagemap-edit aggregated into edit",
+        |roles| {
+            roles.iter().any(|r| {
+                r.rules.iter().flatten().any(|rule| {
+                    rule.api_groups
+                        .iter()
+                        .flatten()
+                        .any(|g| g == "imagemap.dev")
+                        && rule.verbs.iter().any(|v| v == "create")
+                })
+            })
+        },
+    )
+    .await;
+    assert!(can("create", "imagemappings.imagemap.dev", Some(&ns)));
+    assert!(can("create", "virtualmachines.imagemap.dev", Some(&ns)));
+    assert!(can("get", "imagemappings.imagemap.dev", Some(&ns)));
+    assert!(
+        !can("create", "imagemappings.imagemap.dev", Some("default")),
+        "only in their namespace"
+    );
+    assert!(!can("create", "clusterimagemappings.imagemap.dev", None));
+    let status = kubectl(&[
+        "auth",
+        "can-i",
+        "patch",
+        "virtualmachines.imagemap.dev",
+        "--subresource=status",
+        "--as",
+        &user,
+        "-n",
+        &ns,
+    ]);
+    assert!(!status.status.success(), "status is the operator's");
+    // And for real, as that user: the example mapping, moved into their namespace.
+    let yaml = std::fs::read_to_string(repo("examples/tilt-dev-mapping.yaml"))
+        .unwrap()
+        .replace("namespace: dev", &format!("namespace: {ns}"));
+    let tmp = std::env::temp_dir().join(format!("{ns}-mapping.yaml"));
+    std::fs::write(&tmp, yaml).unwrap();
+    let created = kubectl(&["create", "--as", &user, "-f", tmp.to_str().unwrap()]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let cluster = kubectl(&[
+        "create",
+        "--as",
+        &user,
+        "-f",
+        "examples/registry-mirror.yaml",
+        "--dry-run=server",
+    ]);
+    assert!(!cluster.status.success());
+    assert!(
+        String::from_utf8_lossy(&cluster.stderr).contains("forbidden"),
+        "{}",
+        String::from_utf8_lossy(&cluster.stderr)
+    );
+}
