@@ -1026,6 +1026,11 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
             .collect::<Vec<_>>()
     );
     assert!(writes <= 3 * N as u64, "{writes} writes for {N} VMs");
+    let metrics = op.progress.metrics.render();
+    assert!(
+        metrics.contains(&format!("imagemap_pod_recreations_total {N}")),
+        "{metrics}"
+    );
     assert_eq!(lists, 0, "no LIST during the fan-out");
 }
 

@@ -22,7 +22,7 @@ pub struct RunArgs {
     /// Most pod recreations for liveReload per minute, over all VMs; 0 for no limit.
     #[arg(long, default_value_t = 60)]
     pub max_recreates_per_minute: u32,
-    /// Address of the /livez and /readyz endpoints; `off` to serve none.
+    /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
     /// Run only while holding a Lease, so that several replicas have one active operator.

@@ -1,4 +1,5 @@
-//! `/livez` and `/readyz`: liveness tied to real progress, readiness to synced caches.
+//! `/livez` and `/readyz` (liveness tied to real progress, readiness to synced caches) and
+//! `/metrics`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -116,7 +117,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     progress: Arc<super::Progress>,
 ) -> std::io::Result<()> {
-    tracing::info!(addr = ?listener.local_addr().ok(), "serving /livez and /readyz");
+    tracing::info!(addr = ?listener.local_addr().ok(), "serving /livez, /readyz and /metrics");
     loop {
         let (stream, _) = listener.accept().await?;
         let progress = Arc::clone(&progress);
@@ -128,6 +129,17 @@ pub async fn serve(
                     Ok::<_, Infallible>(match req.uri().path() {
                         "/livez" | "/healthz" => respond(health.live()),
                         "/readyz" => respond(health.ready()),
+                        "/metrics" => {
+                            let mut r =
+                                Response::new(Full::new(Bytes::from(progress.metrics.render())));
+                            r.headers_mut().insert(
+                                hyper::header::CONTENT_TYPE,
+                                hyper::header::HeaderValue::from_static(
+                                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                                ),
+                            );
+                            r
+                        }
                         _ => {
                             let mut r = respond(Err("not found".into()));
                             *r.status_mut() = StatusCode::NOT_FOUND;

@@ -170,6 +170,16 @@ async fn write_statuses(ctx: &Context) -> Result<(), kube::Error> {
         &ctx.options.default_runner_image,
         &now(),
     );
+    let conflicts = computed
+        .values()
+        .flat_map(|s| &s.rules)
+        .filter(|r| {
+            r.problem
+                .as_deref()
+                .is_some_and(|p| p.contains(" conflicts with "))
+        })
+        .count();
+    ctx.progress.metrics.set_conflicts(conflicts);
     for view in &list {
         let Some(status) = computed.get(&view.key) else {
             continue;

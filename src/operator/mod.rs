@@ -8,6 +8,7 @@ mod context;
 pub mod health;
 mod leader;
 mod mappings;
+pub mod metrics;
 mod progress;
 mod vm_reconciler;
 

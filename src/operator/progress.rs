@@ -7,6 +7,8 @@ use tokio::sync::watch;
 pub struct Progress {
     /// What the probes read.
     pub health: super::health::Health,
+    /// What `/metrics` reports.
+    pub metrics: super::metrics::Metrics,
     reconciles: watch::Sender<u64>,
     reconciled_vms: watch::Sender<std::collections::BTreeSet<String>>,
     status_covers: watch::Sender<u64>,
@@ -16,6 +18,7 @@ impl Default for Progress {
     fn default() -> Self {
         Progress {
             health: Default::default(),
+            metrics: Default::default(),
             reconciles: watch::Sender::new(0),
             reconciled_vms: watch::Sender::new(Default::default()),
             status_covers: watch::Sender::new(0),

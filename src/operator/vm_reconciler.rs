@@ -52,8 +52,22 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
-/// Reconciles one VirtualMachine.
+/// Reconciles one VirtualMachine, counting it in the metrics.
 pub async fn reconcile(
+    vm: Arc<VirtualMachine>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let started = std::time::Instant::now();
+    let result = reconcile_vm(vm, Arc::clone(&ctx)).await;
+    let metrics = &ctx.progress.metrics;
+    metrics.reconciled(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        metrics.failed(e.category());
+    }
+    result
+}
+
+async fn reconcile_vm(
     vm: Arc<VirtualMachine>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
@@ -147,6 +161,7 @@ pub async fn reconcile(
                             }
                         }
                         ctx.expect_pod(vm_ref.clone(), new_name);
+                        ctx.progress.metrics.recreated();
                     }
                     Ok(Some(_)) | Err(_) => requeue = Some(Duration::from_secs(5)),
                 }
