@@ -81,10 +81,12 @@ impl RunArgs {
 /// Runs the operator with the in-cluster or `KUBECONFIG` credentials until SIGTERM or
 /// Ctrl-C; then running reconciles finish before it exits.
 pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await.map_err(|e| {
+    let config = kube::Config::infer().await.map_err(|e| {
         anyhow::anyhow!("no Kubernetes credentials (in-cluster or KUBECONFIG): {e}")
     })?;
+    let (client, requests) = crate::api_requests::client_with_counter(config)?;
     let progress = Arc::new(Progress::default());
+    progress.metrics.count_requests_of(requests);
     if args.health_addr != "off" {
         let addr: SocketAddr = args
             .health_addr

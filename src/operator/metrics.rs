@@ -159,3 +159,33 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+    use std::convert::Infallible;
+    use tower::{Layer, Service, ServiceExt};
+
+    #[tokio::test]
+    async fn api_requests_are_rendered() {
+        let api = ApiRequests::new();
+        let mut svc = api.layer().layer(tower::service_fn(
+            |_: http::Request<kube::client::Body>| async {
+                Ok::<_, Infallible>(http::Response::new(kube::client::Body::empty()))
+            },
+        ));
+        let req = http::Request::get("/api/v1/pods")
+            .body(kube::client::Body::empty())
+            .unwrap();
+        svc.ready().await.unwrap().call(req).await.unwrap();
+        let m = Metrics::default();
+        m.count_requests_of(api);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "imagemap_api_requests_total{verb=\"list\",resource=\"pods\",code=\"200\"} 1"
+            ),
+            "{text}"
+        );
+    }
+}
