@@ -1,0 +1,41 @@
+//! The examples stay consistent with what they claim (Tilt cannot run here).
+
+#![allow(clippy::unwrap_used)] // test code
+
+use imagemap::manifests::Manifests;
+
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+
+#[test]
+fn the_tiltfile_builds_the_image_its_mapping_rewrites_and_loads_existing_files() {
+    let tiltfile = std::fs::read_to_string(format!("{EXAMPLES}/Tiltfile")).unwrap();
+    assert!(tiltfile.contains("k8s_kind('ImageMapping', image_json_path='{.spec.rules[*].to}')"));
+    let built = tiltfile
+        .lines()
+        .find_map(|l| l.strip_prefix("docker_build('"))
+        .and_then(|l| l.split('\'').next())
+        .unwrap();
+    let context = tiltfile
+        .lines()
+        .find(|l| l.starts_with("docker_build("))
+        .and_then(|l| l.split('\'').nth(3))
+        .unwrap();
+    assert!(std::path::Path::new(&format!("{EXAMPLES}/{context}/Dockerfile")).exists());
+    let yaml_line = tiltfile
+        .lines()
+        .find(|l| l.starts_with("k8s_yaml("))
+        .unwrap();
+    let files: Vec<&str> = yaml_line.split('\'').skip(1).step_by(2).collect();
+    let paths: Vec<std::path::PathBuf> = files
+        .iter()
+        .map(|f| format!("{EXAMPLES}/{f}").into())
+        .collect();
+    let manifests = Manifests::load(&paths, "default").unwrap();
+    // Tilt swaps the built image into every rule whose `to` names it.
+    let rule = &manifests.image_mappings[0].spec.rules[0];
+    assert_eq!(rule.to.as_deref(), Some(built));
+    // ...and the VM asks for that repository, with liveReload on.
+    let vm = &manifests.virtual_machines[0];
+    assert!(vm.spec.live_reload);
+    assert!(vm.spec.guest.root_disk.image.starts_with(built));
+}
