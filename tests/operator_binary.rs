@@ -5,30 +5,12 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read;
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::*;
-
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    Some((code, body))
-}
 
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
@@ -56,15 +38,15 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
     // Ready once the caches have listed; polled, as a kubelet probe would.
     let deadline = Instant::now() + WAIT;
     let ready = loop {
-        match get(port, "/readyz") {
+        match http_get(port, "/readyz") {
             Some((200, body)) => break body,
             _ if Instant::now() > deadline => panic!("never ready"),
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     };
     assert_eq!(ready.trim(), "ok");
-    assert_eq!(get(port, "/livez").unwrap().0, 200);
-    let (code, metrics) = get(port, "/metrics").unwrap();
+    assert_eq!(http_get(port, "/livez").unwrap().0, 200);
+    let (code, metrics) = http_get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
     assert!(
         metrics.contains(
@@ -73,7 +55,7 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
         "{metrics}"
     );
     assert!(metrics.contains("imagemap_reconciles_total"));
-    assert_eq!(get(port, "/nope").unwrap().0, 404);
+    assert_eq!(http_get(port, "/nope").unwrap().0, 404);
 
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
