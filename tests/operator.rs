@@ -64,6 +64,22 @@ struct Env {
     mappings: Api<ImageMapping>,
 }
 
+impl Env {
+    async fn add_mapping(&self, name: &str, rules: serde_json::Value) {
+        self.mappings
+            .create(&PostParams::default(), &mapping(name, rules))
+            .await
+            .unwrap();
+    }
+
+    async fn add_vm(&self, name: &str, live_reload: bool, policy: &str, disk: &str) {
+        self.vms
+            .create(&PostParams::default(), &vm(name, live_reload, policy, disk))
+            .await
+            .unwrap();
+    }
+}
+
 async fn env(prefix: &str) -> Env {
     let client = client().await;
     install_crds(&client).await;
@@ -180,13 +196,7 @@ async fn wait_event_matching(e: &Env, object: &str, reason: &str, contains: &str
 async fn vm_without_mappings_gets_a_pod_with_the_requested_images() {
     let e = env("op-plain").await;
     let _op = Operator::start(&[&e.ns], Options::default()).await;
-    e.vms
-        .create(
-            &PostParams::default(),
-            &vm("plain", false, "Always", COMPUTE),
-        )
-        .await
-        .unwrap();
+    e.add_vm("plain", false, "Always", COMPUTE).await;
     let pod = wait_single_pod(&e, "plain", COMPUTE_NORMALIZED).await;
     assert_eq!(
         pod_images(&pod)["runner"],
@@ -214,17 +224,8 @@ async fn vm_without_mappings_gets_a_pod_with_the_requested_images() {
 async fn mapping_created(prefix: &str, restart_operator: bool) {
     let e = env(prefix).await;
     let mut op = Operator::start(&[&e.ns], Options::default()).await;
-    e.vms
-        .create(&PostParams::default(), &vm("fast", true, "Always", COMPUTE))
-        .await
-        .unwrap();
-    e.vms
-        .create(
-            &PostParams::default(),
-            &vm("steady", false, "Always", COMPUTE),
-        )
-        .await
-        .unwrap();
+    e.add_vm("fast", true, "Always", COMPUTE).await;
+    e.add_vm("steady", false, "Always", COMPUTE).await;
     let fast_before = wait_single_pod(&e, "fast", COMPUTE_NORMALIZED).await;
     let steady_before = wait_single_pod(&e, "steady", COMPUTE_NORMALIZED).await;
 
@@ -257,10 +258,7 @@ async fn mapping_created(prefix: &str, restart_operator: bool) {
     });
 
     let target = "k3d-neon-local-registry:5000/vm-compute-node-v17:tilt-bce03df2bbb7ad9d";
-    e.mappings
-        .create(&PostParams::default(), &mapping("tilt", tilt_rule(target)))
-        .await
-        .unwrap();
+    e.add_mapping("tilt", tilt_rule(target)).await;
     if restart_operator {
         // Stop the operator as soon as it has written anything for the change, then start a
         // new one: it must converge without duplicates.
@@ -367,17 +365,9 @@ async fn operator_restarted_mid_change_converges_without_duplicates() {
 async fn tilt_loop_of_five_quick_changes_ends_with_one_pod_on_the_last_image() {
     let e = env("op-tilt").await;
     let _op = Operator::start(&[&e.ns], Options::default()).await;
-    e.mappings
-        .create(
-            &PostParams::default(),
-            &mapping("tilt", tilt_rule("localhost:5000/compute:tilt-0")),
-        )
-        .await
-        .unwrap();
-    e.vms
-        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
-        .await
-        .unwrap();
+    e.add_mapping("tilt", tilt_rule("localhost:5000/compute:tilt-0"))
+        .await;
+    e.add_vm("dev", true, "Always", COMPUTE).await;
     let first = wait_single_pod(&e, "dev", "localhost:5000/compute:tilt-0").await;
     for i in 1..=5 {
         let patch =
@@ -402,24 +392,10 @@ async fn tilt_loop_of_five_quick_changes_ends_with_one_pod_on_the_last_image() {
 async fn mapping_deleted_restores_the_requested_images() {
     let e = env("op-deleted").await;
     let _op = Operator::start(&[&e.ns], Options::default()).await;
-    e.mappings
-        .create(
-            &PostParams::default(),
-            &mapping("tilt", tilt_rule("localhost:5000/compute:tilt-1")),
-        )
-        .await
-        .unwrap();
-    e.vms
-        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
-        .await
-        .unwrap();
-    e.vms
-        .create(
-            &PostParams::default(),
-            &vm("keep", false, "Always", COMPUTE),
-        )
-        .await
-        .unwrap();
+    e.add_mapping("tilt", tilt_rule("localhost:5000/compute:tilt-1"))
+        .await;
+    e.add_vm("dev", true, "Always", COMPUTE).await;
+    e.add_vm("keep", false, "Always", COMPUTE).await;
     wait_single_pod(&e, "dev", "localhost:5000/compute:tilt-1").await;
     let keep = wait_single_pod(&e, "keep", "localhost:5000/compute:tilt-1").await;
     e.mappings
@@ -461,10 +437,7 @@ async fn pods_are_replaced_per_restart_policy() {
         ("onfailure", "OnFailure"),
         ("never", "Never"),
     ] {
-        e.vms
-            .create(&PostParams::default(), &vm(name, false, policy, COMPUTE))
-            .await
-            .unwrap();
+        e.add_vm(name, false, policy, COMPUTE).await;
     }
     // Deleted by someone else while Pending: replaced, whatever the policy.
     let p = wait_single_pod(&e, "never", COMPUTE_NORMALIZED).await;
@@ -609,24 +582,9 @@ async fn pods_are_replaced_per_restart_policy() {
 async fn conflicting_mappings_both_report_and_the_vm_uses_the_winner() {
     let e = env("op-conflict").await;
     let _op = Operator::start(&[&e.ns], Options::default()).await;
-    e.mappings
-        .create(
-            &PostParams::default(),
-            &mapping("beta", tilt_rule("b.io/compute:1")),
-        )
-        .await
-        .unwrap();
-    e.mappings
-        .create(
-            &PostParams::default(),
-            &mapping("alpha", tilt_rule("a.io/compute:1")),
-        )
-        .await
-        .unwrap();
-    e.vms
-        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
-        .await
-        .unwrap();
+    e.add_mapping("beta", tilt_rule("b.io/compute:1")).await;
+    e.add_mapping("alpha", tilt_rule("a.io/compute:1")).await;
+    e.add_vm("dev", true, "Always", COMPUTE).await;
     wait_single_pod(&e, "dev", "a.io/compute:1").await;
     let ms = wait_list(
         e.mappings.clone(),
@@ -680,19 +638,13 @@ async fn invalid_rewrites_and_disallowed_targets_leave_the_pod_alone() {
         ..Options::default()
     };
     let _op = Operator::start(&[&e.ns], options).await;
-    e.vms
-        .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
-        .await
-        .unwrap();
+    e.add_vm("dev", true, "Always", COMPUTE).await;
     let pod = wait_single_pod(&e, "dev", COMPUTE_NORMALIZED).await;
 
     // A regex rewrite whose result is not a reference.
     let bad =
         json!([{"match": {"regex": "docker\\.io/neondatabase/(.*)"}, "to": "allowed.io/UPPER/$1"}]);
-    e.mappings
-        .create(&PostParams::default(), &mapping("bad", bad))
-        .await
-        .unwrap();
+    e.add_mapping("bad", bad).await;
     let vms = wait_list(
         e.vms.clone(),
         watcher::Config::default(),
@@ -742,10 +694,7 @@ async fn invalid_rewrites_and_disallowed_targets_leave_the_pod_alone() {
     // A static target outside the allow-list refuses the rule and says so on the mapping.
     let static_evil =
         json!([{"match": {"repository": "neondatabase/neonvm-runner"}, "to": "evil.io/runner"}]);
-    e.mappings
-        .create(&PostParams::default(), &mapping("static", static_evil))
-        .await
-        .unwrap();
+    e.add_mapping("static", static_evil).await;
     wait_list(
         e.mappings.clone(),
         watcher::Config::default(),
@@ -770,21 +719,10 @@ async fn invalid_rewrites_and_disallowed_targets_leave_the_pod_alone() {
 async fn steady_state_resync_makes_no_writes() {
     let e = env("op-steady").await;
     let first = Operator::start(&[&e.ns], Options::default()).await;
-    e.mappings
-        .create(
-            &PostParams::default(),
-            &mapping("tilt", tilt_rule("localhost:5000/compute:1")),
-        )
-        .await
-        .unwrap();
+    e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
+        .await;
     for name in ["a", "b", "c"] {
-        e.vms
-            .create(
-                &PostParams::default(),
-                &vm(name, name != "c", "Always", COMPUTE),
-            )
-            .await
-            .unwrap();
+        e.add_vm(name, name != "c", "Always", COMPUTE).await;
     }
     for name in ["a", "b", "c"] {
         wait_single_pod(&e, name, "localhost:5000/compute:1").await;
@@ -867,7 +805,7 @@ async fn cluster_mappings_follow_namespace_selectors_and_namespaced_ones_stay_ho
         .create(&PostParams::default(), &cluster)
         .await
         .unwrap();
-    // A namespaced mapping in `other` for the kernel image.
+    // A namespaced mapping in `other` for busybox.
     let other_mappings: Api<ImageMapping> = Api::namespaced(client.clone(), &other);
     other_mappings
         .create(
@@ -888,17 +826,8 @@ async fn cluster_mappings_follow_namespace_selectors_and_namespaced_ones_stay_ho
     };
     let (sel, oth) = (env_for(&selected), env_for(&other));
     for e in [&sel, &oth] {
-        e.vms
-            .create(&PostParams::default(), &vm("dev", true, "Always", COMPUTE))
-            .await
-            .unwrap();
-        e.vms
-            .create(
-                &PostParams::default(),
-                &vm("box", true, "Always", "busybox:1.36"),
-            )
-            .await
-            .unwrap();
+        e.add_vm("dev", true, "Always", COMPUTE).await;
+        e.add_vm("box", true, "Always", "busybox:1.36").await;
     }
     wait_single_pod(&sel, "dev", "mirror.io/neon/vm-compute-node-v17:latest").await;
     wait_single_pod(&oth, "dev", COMPUTE_NORMALIZED).await;
@@ -919,21 +848,11 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
         },
     )
     .await;
-    e.mappings
-        .create(
-            &PostParams::default(),
-            &mapping("tilt", tilt_rule("localhost:5000/compute:1")),
-        )
-        .await
-        .unwrap();
+    e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
+        .await;
     for i in 0..N {
-        e.vms
-            .create(
-                &PostParams::default(),
-                &vm(&format!("vm-{i:03}"), true, "Always", COMPUTE),
-            )
-            .await
-            .unwrap();
+        e.add_vm(&format!("vm-{i:03}"), true, "Always", COMPUTE)
+            .await;
     }
     let limit = Duration::from_secs(180);
     let on_image = |tag: &'static str| {
@@ -1046,16 +965,10 @@ async fn only_the_leader_acts_and_another_takes_over() {
         grace: 1,
     };
     let (first, first_stop) = Operator::start_elected(&[&e.ns], election("first")).await;
-    e.vms
-        .create(&PostParams::default(), &vm("one", false, "Always", COMPUTE))
-        .await
-        .unwrap();
+    e.add_vm("one", false, "Always", COMPUTE).await;
     wait_single_pod(&e, "one", COMPUTE_NORMALIZED).await;
     let (mut second, _second_stop) = Operator::start_elected(&[&e.ns], election("second")).await;
-    e.vms
-        .create(&PostParams::default(), &vm("two", false, "Always", COMPUTE))
-        .await
-        .unwrap();
+    e.add_vm("two", false, "Always", COMPUTE).await;
     wait_single_pod(&e, "two", COMPUTE_NORMALIZED).await;
     let acted = |op: &Operator| {
         op.requests.count(|k| {
@@ -1069,13 +982,7 @@ async fn only_the_leader_acts_and_another_takes_over() {
     let started = Instant::now();
     first_stop.send(()).unwrap();
     drop(first);
-    e.vms
-        .create(
-            &PostParams::default(),
-            &vm("three", false, "Always", COMPUTE),
-        )
-        .await
-        .unwrap();
+    e.add_vm("three", false, "Always", COMPUTE).await;
     wait_single_pod(&e, "three", COMPUTE_NORMALIZED).await;
     let graceful = started.elapsed();
     assert!(acted(&second) > 0);
@@ -1085,13 +992,7 @@ async fn only_the_leader_acts_and_another_takes_over() {
     let (third, _third_stop) = Operator::start_elected(&[&e.ns], election("third")).await;
     let started = Instant::now();
     second.handle_abort();
-    e.vms
-        .create(
-            &PostParams::default(),
-            &vm("four", false, "Always", COMPUTE),
-        )
-        .await
-        .unwrap();
+    e.add_vm("four", false, "Always", COMPUTE).await;
     wait_single_pod(&e, "four", COMPUTE_NORMALIZED).await;
     let crashed = started.elapsed();
     assert!(acted(&third) > 0);
