@@ -24,9 +24,17 @@ use support::*;
 
 const SYSTEM_NS: &str = "imagemap-system";
 
+static DEPLOYED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// The CRDs, then `kubectl apply -k deploy/`, once per test binary (concurrent client-side
+/// applies of the same new objects race on their creation).
 async fn install(client: &Client) {
     install_crds(client).await;
-    kubectl_ok(&["apply", "-k", "deploy/"]);
+    DEPLOYED
+        .get_or_init(|| async {
+            kubectl_ok(&["apply", "-k", "deploy/"]);
+        })
+        .await;
 }
 
 #[tokio::test]
