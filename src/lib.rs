@@ -5,11 +5,15 @@
 pub mod api;
 pub mod api_requests;
 pub mod cli;
+pub mod conditions;
 pub mod crds;
+#[cfg(test)]
+mod fixtures;
 pub mod manifests;
 pub mod mapping_status;
 pub mod operator;
 pub mod reference;
+pub mod rule_change;
 pub mod rules;
 pub mod runner_pod;
 pub mod vm_images;

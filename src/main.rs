@@ -1,24 +1,21 @@
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use imagemap::cli::{Cli, Command, resolve};
+use imagemap::cli::{Cli, Command, crds, resolve, run};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
     let code = match cli.command {
-        Command::Resolve(args) => resolve::run(
-            &args,
-            &mut std::io::stdout().lock(),
-            &mut std::io::stderr().lock(),
-        ),
+        Command::Resolve(args) => resolve::run(&args, &mut stdout.lock(), &mut stderr.lock()),
+        Command::Crds => crds::run(&mut stdout.lock(), &mut stderr.lock()),
+        // Not locked here: the operator's log writers take stderr's lock line by line.
         Command::Run(args) => {
-            imagemap::cli::run::init_logging(args.log_format);
-            let runtime = tokio::runtime::Runtime::new();
-            match runtime
+            run::init_logging(args.log_format);
+            let result = tokio::runtime::Runtime::new()
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(imagemap::cli::run::run(&args)))
-            {
+                .and_then(|rt| rt.block_on(run::run(&args)));
+            match result {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -26,19 +23,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Crds => match imagemap::crds::all_yaml() {
-            Ok(yaml) => match std::io::stdout().lock().write_all(yaml.as_bytes()) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("error: writing output: {e}");
-                    1
-                }
-            },
-            Err(e) => {
-                eprintln!("error: rendering CRDs: {e}");
-                1
-            }
-        },
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

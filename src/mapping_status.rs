@@ -1,65 +1,24 @@
-//! Which VMs a rule change affects, and the status of every mapping. Pure.
+//! The status of every mapping: how many VMs each rule decides, which VMs wait for a
+//! restart, and the problems of its rules. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use crate::api::{ImageMappingStatus, RuleSource, RuleStatus, VirtualMachine};
-use crate::rules::{MappingKey, Mode, ProblemReason, RuleSet, Scope};
-use crate::vm_images::{self, VmResolution};
-use crate::vm_plan::{self, CONDITION_IMAGES_CURRENT, REASON_RESTART_REQUIRED};
-
-/// A VM with the labels of its namespace.
-pub struct VmView<'a> {
-    pub vm: &'a VirtualMachine,
-    pub namespace_labels: &'a BTreeMap<String, String>,
-}
+use crate::api::{
+    ClusterImageMapping, ImageMapping, ImageMappingStatus, RuleStatus, VirtualMachine,
+};
+use crate::conditions::{Conditions, Status, kind, reason};
+use crate::rules::{
+    MappingKey, Mode, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
+};
+use crate::vm_images::VmView;
 
 /// `namespace/name` of a VM.
+#[must_use]
 pub fn vm_key(vm: &VirtualMachine) -> String {
     format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
-}
-
-/// The VMs whose live resolution differs between two rule sets.
-pub fn affected_vms<'a>(
-    old: &RuleSet,
-    new: &RuleSet,
-    vms: impl IntoIterator<Item = VmView<'a>>,
-    default_runner_image: &str,
-) -> Vec<&'a VirtualMachine> {
-    vms.into_iter()
-        .filter(|v| {
-            let before = vm_images::resolve_vm(
-                old,
-                v.vm,
-                v.namespace_labels,
-                default_runner_image,
-                Mode::Live,
-            );
-            let after = vm_images::resolve_vm(
-                new,
-                v.vm,
-                v.namespace_labels,
-                default_runner_image,
-                Mode::Live,
-            );
-            before != after
-        })
-        .map(|v| v.vm)
-        .collect()
-}
-
-fn key_of(source: &RuleSource) -> MappingKey {
-    MappingKey {
-        scope: if source.kind == Scope::Cluster.kind() {
-            Scope::Cluster
-        } else {
-            Scope::Namespaced
-        },
-        namespace: source.namespace.clone(),
-        name: source.name.clone(),
-    }
 }
 
 /// What a mapping's status is computed from.
@@ -71,140 +30,204 @@ pub struct MappingView<'a> {
     pub previous: Option<&'a ImageMappingStatus>,
 }
 
-/// The status of every mapping in `mappings`, given the rule sets and the VMs.
-/// `preview` is the rule set with dry-run mappings taking part.
-pub fn mapping_statuses<'a>(
-    preview: &RuleSet,
-    mappings: &[MappingView<'a>],
-    vms: &[VmView<'_>],
-    default_runner_image: &str,
-    now: &Time,
-) -> BTreeMap<MappingKey, ImageMappingStatus> {
-    // Per mapping: rule index -> VMs; conflict messages; VMs awaiting restart.
-    let mut affected: BTreeMap<MappingKey, BTreeMap<i32, BTreeSet<String>>> = BTreeMap::new();
-    let mut conflicts: BTreeMap<MappingKey, BTreeSet<String>> = BTreeMap::new();
-    let mut awaiting: BTreeMap<MappingKey, BTreeSet<String>> = BTreeMap::new();
-    for v in vms {
-        let res: VmResolution = vm_images::resolve_vm(
-            preview,
-            v.vm,
-            v.namespace_labels,
-            default_runner_image,
-            Mode::Preview,
-        );
-        let name = vm_key(v.vm);
-        let restart_required = v.vm.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == CONDITION_IMAGES_CURRENT && c.reason == REASON_RESTART_REQUIRED)
-        });
-        for (img, losers) in res.images.iter().zip(&res.conflicts) {
-            let Some(src) = &img.source else { continue };
-            let key = key_of(src);
-            affected
-                .entry(key.clone())
-                .or_default()
-                .entry(src.rule)
-                .or_default()
-                .insert(name.clone());
-            if restart_required {
-                awaiting
-                    .entry(key.clone())
+impl<'a> From<&'a ImageMapping> for MappingView<'a> {
+    fn from(m: &'a ImageMapping) -> Self {
+        MappingView {
+            key: MappingKey {
+                scope: Scope::Namespaced,
+                namespace: m.namespace(),
+                name: m.name_any(),
+            },
+            generation: m.metadata.generation,
+            rule_count: m.spec.rules.len(),
+            dry_run: m.spec.dry_run,
+            previous: m.status.as_ref(),
+        }
+    }
+}
+
+impl<'a> From<&'a ClusterImageMapping> for MappingView<'a> {
+    fn from(m: &'a ClusterImageMapping) -> Self {
+        MappingView {
+            key: MappingKey {
+                scope: Scope::Cluster,
+                namespace: None,
+                name: m.name_any(),
+            },
+            generation: m.metadata.generation,
+            rule_count: m.spec.rules.len(),
+            dry_run: m.spec.dry_run,
+            previous: m.status.as_ref(),
+        }
+    }
+}
+
+/// Every mapping's status, and how many rules are in conflict (for the metric).
+#[derive(Debug, Default)]
+pub struct MappingStatuses {
+    pub statuses: BTreeMap<MappingKey, ImageMappingStatus>,
+    pub rules_in_conflict: usize,
+}
+
+/// A tie between two rules seen on a VM: the first VM and slot (in name order) it was seen on.
+type Ties = BTreeMap<(RuleRef, RuleRef), (String, String)>;
+
+/// What the VMs show about each mapping: VMs per rule, VMs awaiting a restart, ties.
+#[derive(Default)]
+struct VmTally {
+    affected: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<String>>>,
+    awaiting: BTreeMap<MappingKey, BTreeSet<String>>,
+    /// `(winner, loser)` pairs.
+    ties: Ties,
+}
+
+impl VmTally {
+    fn count(
+        preview: &RuleSet,
+        vms: &[VmView<'_>],
+        awaiting_restart: &BTreeSet<String>,
+        default_runner_image: &str,
+    ) -> VmTally {
+        let mut tally = VmTally::default();
+        for v in vms {
+            let res = v.resolve(preview, default_runner_image, Mode::Preview);
+            let name = vm_key(v.vm);
+            let awaiting = awaiting_restart.contains(&name);
+            for slot in &res.slots {
+                let Some(rule) = &slot.rule else { continue };
+                tally
+                    .affected
+                    .entry(rule.mapping.clone())
+                    .or_default()
+                    .entry(rule.index)
                     .or_default()
                     .insert(name.clone());
-            }
-            for loser in losers {
-                let msg = format!(
-                    "rule {} conflicts with {} rule {} for {} of VirtualMachine {name}",
-                    src.rule,
-                    key_of(loser),
-                    loser.rule,
-                    img.slot
-                );
-                conflicts.entry(key.clone()).or_default().insert(msg);
-                let back = format!(
-                    "rule {} conflicts with {} rule {} for {} of VirtualMachine {name} (that rule wins)",
-                    loser.rule, key, src.rule, img.slot
-                );
-                conflicts.entry(key_of(loser)).or_default().insert(back);
-            }
-        }
-    }
-    let mut problems: BTreeMap<&MappingKey, Vec<(ProblemReason, String)>> = BTreeMap::new();
-    for p in preview.problems() {
-        problems
-            .entry(&p.mapping)
-            .or_default()
-            .push((p.reason, format!("rule {}: {}", p.rule, p.message)));
-    }
-    let mut out = BTreeMap::new();
-    for m in mappings {
-        let per_rule = affected.remove(&m.key).unwrap_or_default();
-        let mut own: Vec<(ProblemReason, String)> =
-            problems.get(&m.key).cloned().unwrap_or_default();
-        for c in conflicts.remove(&m.key).unwrap_or_default() {
-            own.push((ProblemReason::Conflict, c));
-        }
-        own.sort();
-        let all_vms: BTreeSet<&String> = per_rule.values().flatten().collect();
-        let rules = (0..m.rule_count)
-            .map(|i| {
-                let index = i as i32;
-                let problem = own
-                    .iter()
-                    .find(|(_, msg)| {
-                        msg.starts_with(&format!("rule {i}:"))
-                            || msg.starts_with(&format!("rule {i} "))
-                    })
-                    .map(|(_, msg)| msg.clone());
-                RuleStatus {
-                    index,
-                    affected_vms: per_rule.get(&index).map_or(0, |s| s.len() as i32),
-                    problem,
+                if awaiting {
+                    tally
+                        .awaiting
+                        .entry(rule.mapping.clone())
+                        .or_default()
+                        .insert(name.clone());
                 }
+                for loser in &slot.conflicts {
+                    let seen = (name.clone(), slot.slot.clone());
+                    tally
+                        .ties
+                        .entry((rule.clone(), loser.clone()))
+                        .and_modify(|first| *first = first.clone().min(seen.clone()))
+                        .or_insert(seen);
+                }
+            }
+        }
+        tally
+    }
+}
+
+/// The problems of every mapping: the engine's, plus the ties seen on VMs that the engine
+/// did not already report as the same pair of rules. Each in report order.
+fn problems_by_mapping(preview: &RuleSet, ties: Ties) -> BTreeMap<MappingKey, Vec<RuleProblem>> {
+    let mut out: BTreeMap<MappingKey, Vec<RuleProblem>> = BTreeMap::new();
+    let mut known: BTreeSet<(MappingKey, usize, RuleRef)> = BTreeSet::new();
+    for p in preview.problems() {
+        if let (Some(rule), Some(other)) = (p.rule, p.detail.conflicting_rule()) {
+            known.insert((p.mapping.clone(), rule, other.clone()));
+        }
+        out.entry(p.mapping.clone()).or_default().push(p.clone());
+    }
+    for ((winner, loser), (vm, slot)) in ties {
+        for (this, other, this_wins) in [(&winner, &loser, true), (&loser, &winner, false)] {
+            if !known.insert((this.mapping.clone(), this.index, other.clone())) {
+                continue;
+            }
+            out.entry(this.mapping.clone())
+                .or_default()
+                .push(RuleProblem {
+                    mapping: this.mapping.clone(),
+                    rule: Some(this.index),
+                    detail: ProblemDetail::TiedOnVm {
+                        other: other.clone(),
+                        this_wins,
+                        vm: vm.clone(),
+                        slot: slot.clone(),
+                    },
+                });
+        }
+    }
+    for problems in out.values_mut() {
+        problems.sort_by(|a, b| a.report_order().cmp(&b.report_order()));
+    }
+    out
+}
+
+/// The status of every mapping in `mappings`, given the rule set with dry-run mappings
+/// taking part (`preview`), the VMs, and which of them (`namespace/name`) wait for a restart
+/// (see [`crate::vm_plan::awaits_restart`]).
+#[must_use]
+pub fn mapping_statuses(
+    preview: &RuleSet,
+    mappings: &[MappingView<'_>],
+    vms: &[VmView<'_>],
+    awaiting_restart: &BTreeSet<String>,
+    default_runner_image: &str,
+    now: &Time,
+) -> MappingStatuses {
+    let mut tally = VmTally::count(preview, vms, awaiting_restart, default_runner_image);
+    let mut problems = problems_by_mapping(preview, std::mem::take(&mut tally.ties));
+    let mut out = MappingStatuses::default();
+    for m in mappings {
+        let per_rule = tally.affected.remove(&m.key).unwrap_or_default();
+        let own = problems.remove(&m.key).unwrap_or_default();
+        let all_vms: BTreeSet<&String> = per_rule.values().flatten().collect();
+        let rules: Vec<RuleStatus> = (0..m.rule_count)
+            .map(|i| RuleStatus {
+                index: i32::try_from(i).unwrap_or(i32::MAX),
+                affected_vms: per_rule
+                    .get(&i)
+                    .map_or(0, |s| i32::try_from(s.len()).unwrap_or(i32::MAX)),
+                problem: own.iter().find(|p| p.concerns(i)).map(ToString::to_string),
             })
             .collect();
-        let (status, reason, message) = match own.first() {
-            Some((reason, _)) => (
-                "False",
-                reason.as_str(),
+        let in_conflict: BTreeSet<usize> = own
+            .iter()
+            .filter(|p| p.reason() == ProblemReason::Conflict)
+            .filter_map(|p| p.rule)
+            .collect();
+        out.rules_in_conflict += in_conflict.len();
+        let (status, why, message) = match own.first() {
+            Some(first) => (
+                Status::False,
+                first.reason().as_str(),
                 own.iter()
-                    .map(|(_, m)| m.as_str())
+                    .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; "),
             ),
             None if m.dry_run => (
-                "True",
-                "DryRun",
+                Status::True,
+                reason::DRY_RUN,
                 format!(
                     "dry run: would decide images of {} VirtualMachines",
                     all_vms.len()
                 ),
             ),
-            None => ("True", "RulesValid", String::new()),
+            None => (Status::True, reason::RULES_VALID, String::new()),
         };
         let previous = m
             .previous
             .map(|p| p.conditions.as_slice())
             .unwrap_or_default();
-        let ready = vm_plan::condition(
-            previous,
-            "Ready",
-            status,
-            reason,
-            message,
-            m.generation,
-            now,
-        );
-        out.insert(
+        let ready =
+            Conditions::new(previous, m.generation, now).build(kind::READY, status, why, message);
+        out.statuses.insert(
             m.key.clone(),
             ImageMappingStatus {
                 observed_generation: m.generation,
                 conditions: vec![ready],
-                rule_count: Some(m.rule_count as i32),
-                affected_vms: Some(all_vms.len() as i32),
+                rule_count: Some(i32::try_from(m.rule_count).unwrap_or(i32::MAX)),
+                affected_vms: Some(i32::try_from(all_vms.len()).unwrap_or(i32::MAX)),
                 rules,
-                awaiting_restart: awaiting
+                awaiting_restart: tally
+                    .awaiting
                     .remove(&m.key)
                     .unwrap_or_default()
                     .into_iter()
@@ -218,37 +241,9 @@ pub fn mapping_statuses<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{MappingRule, RuleMatch, VirtualMachineSpec};
-    use crate::rules::{CompileOptions, MappingInput};
+    use crate::fixtures::{repository_mapping as mapping, vm_with_disk as vm};
+    use crate::rules::CompileOptions;
     use k8s_openapi::jiff::Timestamp;
-
-    fn mapping(name: &str, repo: &str, to: &str, dry_run: bool) -> MappingInput {
-        MappingInput {
-            scope: Scope::Namespaced,
-            namespace: Some("dev".into()),
-            name: name.into(),
-            priority: 0,
-            selector: None,
-            namespace_selector: None,
-            dry_run,
-            rules: vec![MappingRule {
-                match_: RuleMatch {
-                    repository: Some(repo.into()),
-                    ..Default::default()
-                },
-                to: Some(to.into()),
-                ..Default::default()
-            }],
-        }
-    }
-
-    fn vm(name: &str, disk: &str) -> VirtualMachine {
-        let spec: VirtualMachineSpec =
-            serde_yaml_ng::from_str(&format!("guest: {{rootDisk: {{image: '{disk}'}}}}")).unwrap();
-        let mut vm = VirtualMachine::new(name, spec);
-        vm.metadata.namespace = Some("dev".into());
-        vm
-    }
 
     fn key(name: &str) -> MappingKey {
         MappingKey {
@@ -256,36 +251,6 @@ mod tests {
             namespace: Some("dev".into()),
             name: name.into(),
         }
-    }
-
-    #[test]
-    fn only_vms_whose_resolution_changes_are_affected() {
-        let labels = BTreeMap::new();
-        let old = RuleSet::compile(
-            &[mapping("m", "disk-a", "x.io/a", false)],
-            &CompileOptions::default(),
-        );
-        let new = RuleSet::compile(
-            &[mapping("m", "disk-a", "y.io/a", false)],
-            &CompileOptions::default(),
-        );
-        let (a, b) = (vm("a", "disk-a:1"), vm("b", "disk-b:1"));
-        let views = [&a, &b].map(|vm| VmView {
-            vm,
-            namespace_labels: &labels,
-        });
-        let hit = affected_vms(&old, &new, views, "runner");
-        assert_eq!(hit.iter().map(|v| v.name_any()).collect::<Vec<_>>(), ["a"]);
-        // A dry-run mapping affects no VM.
-        let dry = RuleSet::compile(
-            &[mapping("m", "disk-b", "y.io/b", true)],
-            &CompileOptions::default(),
-        );
-        let views = [&a, &b].map(|vm| VmView {
-            vm,
-            namespace_labels: &labels,
-        });
-        assert!(affected_vms(&RuleSet::default(), &dry, views, "runner").is_empty());
     }
 
     #[test]
@@ -313,7 +278,8 @@ mod tests {
                 previous: None,
             })
             .collect();
-        let out = mapping_statuses(&set, &mappings, &views, "runner", &now);
+        let out =
+            mapping_statuses(&set, &mappings, &views, &BTreeSet::new(), "runner", &now).statuses;
         let alpha = &out[&key("alpha")];
         assert_eq!(alpha.affected_vms, Some(1));
         assert_eq!(alpha.conditions[0].status, "False");
@@ -333,5 +299,111 @@ mod tests {
         assert_eq!(preview.affected_vms, Some(1));
         assert_eq!(preview.rules[0].affected_vms, 1);
         assert_eq!(preview.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn a_conflict_is_reported_once_per_rule() {
+        let labels = BTreeMap::new();
+        // Two rules with the same match in one mapping: a static conflict, which a VM then
+        // also hits.
+        let mut twice = mapping("twice", "disk-a", "x.io/a", false);
+        let mut second = twice.rules[0].clone();
+        second.to = Some("y.io/a".into());
+        twice.rules.push(second);
+        let set = RuleSet::compile(&[twice], &CompileOptions::default());
+        let a = vm("a", "disk-a:1");
+        let views = [VmView {
+            vm: &a,
+            namespace_labels: &labels,
+        }];
+        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
+        let mappings = [MappingView {
+            key: key("twice"),
+            generation: Some(1),
+            rule_count: 2,
+            dry_run: false,
+            previous: None,
+        }];
+        let out = mapping_statuses(&set, &mappings, &views, &BTreeSet::new(), "runner", &now);
+        let status = &out.statuses[&key("twice")];
+        let message = &status.conditions[0].message;
+        assert_eq!(
+            message,
+            "rule 0 conflicts with ImageMapping dev/twice rule 1: same match and priority, different result; \
+             rule 1 conflicts with ImageMapping dev/twice rule 0: same match and priority, different result"
+        );
+        assert_eq!(out.rules_in_conflict, 2);
+        assert_eq!(
+            status.rules[1].problem.as_deref(),
+            Some(
+                "rule 1 conflicts with ImageMapping dev/twice rule 0: same match and priority, different result"
+            )
+        );
+    }
+
+    #[test]
+    fn ties_seen_on_vms_name_the_first_vm_and_vms_awaiting_restart_are_listed() {
+        let labels = BTreeMap::new();
+        // Different selectors: no static conflict, but both select the VMs.
+        let mut alpha = mapping("alpha", "disk-a", "x.io/a", false);
+        let mut beta = mapping("beta", "disk-a", "y.io/a", false);
+        alpha.selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("app".to_string(), "db".to_string())].into()),
+                ..Default::default()
+            },
+        );
+        beta.selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: "app".into(),
+                        operator: "Exists".into(),
+                        values: None,
+                    },
+                ]),
+                ..Default::default()
+            },
+        );
+        let set = RuleSet::compile(&[alpha, beta], &CompileOptions::default());
+        assert!(set.problems().is_empty());
+        let vms: Vec<VirtualMachine> = ["b", "a"]
+            .into_iter()
+            .map(|n| {
+                let mut v = vm(n, "disk-a:1");
+                v.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+                v
+            })
+            .collect();
+        let views: Vec<VmView> = vms
+            .iter()
+            .map(|vm| VmView {
+                vm,
+                namespace_labels: &labels,
+            })
+            .collect();
+        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
+        let mappings: Vec<MappingView> = ["alpha", "beta"]
+            .into_iter()
+            .map(|n| MappingView {
+                key: key(n),
+                generation: Some(1),
+                rule_count: 1,
+                dry_run: false,
+                previous: None,
+            })
+            .collect();
+        let awaiting = BTreeSet::from(["dev/b".to_string()]);
+        let out = mapping_statuses(&set, &mappings, &views, &awaiting, "runner", &now);
+        let alpha = &out.statuses[&key("alpha")];
+        assert_eq!(
+            alpha.conditions[0].message,
+            "rule 0 conflicts with ImageMapping dev/beta rule 0 for rootDisk of VirtualMachine dev/a"
+        );
+        assert_eq!(alpha.awaiting_restart, ["dev/b"]);
+        assert_eq!(
+            out.statuses[&key("beta")].conditions[0].message,
+            "rule 0 conflicts with ImageMapping dev/alpha rule 0 for rootDisk of VirtualMachine dev/a (that rule wins)"
+        );
     }
 }

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{ResolvedImage, VirtualMachine};
+use crate::api::{ResolvedImage, VirtualMachine, VmPhase};
 use crate::vm_images::{SLOT_EXTRA_PREFIX, SLOT_KERNEL, SLOT_ROOT_DISK, SLOT_RUNNER};
 
 /// Label on every runner pod naming its VirtualMachine.
@@ -19,6 +19,13 @@ pub const IMAGES_HASH_ANNOTATION: &str = "imagemap.dev/images-hash";
 pub const RESTART_COUNT_ANNOTATION: &str = "imagemap.dev/restart-count";
 /// Grace period when the VM names none, as NeonVM.
 pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 5;
+
+/// Init container copying the root disk out of its image.
+pub const INIT_CONTAINER: &str = "init";
+/// Init container copying the kernel out of its image.
+pub const INIT_KERNEL_CONTAINER: &str = "init-kernel";
+/// The container running the VM.
+pub const RUNNER_CONTAINER: &str = "runner";
 
 const IMAGES_VOLUME: &str = "virtualmachineimages";
 const IMAGES_PATH: &str = "/vm/images";
@@ -87,7 +94,7 @@ pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) 
         .map_or("IfNotPresent", |p| p.as_str())
         .to_string();
     let mut init_containers = vec![Container {
-        name: "init".into(),
+        name: INIT_CONTAINER.into(),
         image: resolved(SLOT_ROOT_DISK),
         image_pull_policy: Some(pull_policy.clone()),
         command: Some(vec![
@@ -100,7 +107,7 @@ pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) 
     }];
     if spec.guest.kernel_image.is_some() {
         init_containers.push(Container {
-            name: "init-kernel".into(),
+            name: INIT_KERNEL_CONTAINER.into(),
             image: resolved(SLOT_KERNEL),
             image_pull_policy: Some(pull_policy),
             command: Some(vec![
@@ -118,7 +125,7 @@ pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) 
         init_containers.push(c);
     }
     let runner = Container {
-        name: "runner".into(),
+        name: RUNNER_CONTAINER.into(),
         image: resolved(SLOT_RUNNER),
         resources: spec.pod_resources.clone(),
         volume_mounts: Some(vec![mount]),
@@ -180,6 +187,49 @@ pub fn pod_restart_count(pod: &Pod) -> Option<i32> {
     pod.annotations()
         .get(RESTART_COUNT_ANNOTATION)
         .and_then(|s| s.parse().ok())
+}
+
+/// The images a pod runs, by slot (the inverse of [`build`]).
+#[must_use]
+pub fn pod_images(pod: &Pod) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(spec) = &pod.spec else { return out };
+    for c in spec.init_containers.iter().flatten() {
+        let slot = match c.name.as_str() {
+            INIT_CONTAINER => SLOT_ROOT_DISK.to_string(),
+            INIT_KERNEL_CONTAINER => SLOT_KERNEL.to_string(),
+            name => format!("{SLOT_EXTRA_PREFIX}{name}"),
+        };
+        out.insert(slot, c.image.clone().unwrap_or_default());
+    }
+    for c in &spec.containers {
+        if c.name == RUNNER_CONTAINER {
+            out.insert(SLOT_RUNNER.into(), c.image.clone().unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// The VM phase a pod's status shows: `Running` once the runner container is ready.
+#[must_use]
+pub fn pod_phase(pod: &Pod) -> VmPhase {
+    let status = pod.status.as_ref();
+    match status.and_then(|s| s.phase.as_deref()) {
+        Some("Succeeded") => VmPhase::Succeeded,
+        Some("Failed") => VmPhase::Failed,
+        _ => {
+            let runner_ready = status
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.name == RUNNER_CONTAINER && c.ready);
+            if runner_ready {
+                VmPhase::Running
+            } else {
+                VmPhase::Pending
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use crate::api::{ResolvedImage, RuleSource, VirtualMachine};
+use crate::api::{ResolvedImage, VirtualMachine};
 use crate::reference::Reference;
-use crate::rules::{Mode, Requester, ResolveError, RuleSet};
+use crate::rules::{Mode, Requester, ResolveError, RuleRef, RuleSet};
 
 /// Runner image used when neither the VM nor the operator names one.
 pub const DEFAULT_RUNNER_IMAGE: &str = "neondatabase/neonvm-runner:v0.40.0";
@@ -57,29 +57,107 @@ pub fn image_slots(vm: &VirtualMachine, default_runner_image: &str) -> Vec<Image
     slots
 }
 
-/// The resolution of every slot of a VM, plus the rules that conflicted.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Why a slot has no image to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotError {
+    /// The requested image is not a reference.
+    InvalidReference { requested: String, error: String },
+    /// The winning rule's result is not a reference.
+    InvalidRewrite(String),
+    /// The winning rule's result lies outside the operator's allowed registries.
+    DisallowedTarget(String),
+}
+
+impl std::fmt::Display for SlotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotError::InvalidReference { requested, error } => {
+                write!(
+                    f,
+                    "requested image {requested:?} is not a valid reference: {error}"
+                )
+            }
+            SlotError::InvalidRewrite(e) | SlotError::DisallowedTarget(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The resolution of one image slot, with the rules behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotResolution {
+    pub slot: String,
+    pub requested: String,
+    /// The image to run, or why there is none.
+    pub outcome: Result<String, SlotError>,
+    /// The winning rule; `None` when no rule matched.
+    pub rule: Option<RuleRef>,
+    /// Rules tied with the winner that rewrite differently.
+    pub conflicts: Vec<RuleRef>,
+}
+
+impl SlotResolution {
+    /// The slot as the VM's status records it.
+    #[must_use]
+    pub fn image(&self) -> ResolvedImage {
+        ResolvedImage {
+            slot: self.slot.clone(),
+            requested: self.requested.clone(),
+            resolved: self.outcome.as_ref().ok().cloned(),
+            source: self.rule.as_ref().map(RuleRef::source),
+            error: self.outcome.as_ref().err().map(ToString::to_string),
+        }
+    }
+}
+
+/// The resolution of every slot of a VM, in pod order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VmResolution {
-    pub images: Vec<ResolvedImage>,
-    /// Per slot (same order as `images`): rules tied with the winner that rewrite differently.
-    pub conflicts: Vec<Vec<RuleSource>>,
-    /// Per slot: whether its error is a target outside the allowed registries.
-    pub disallowed: Vec<bool>,
+    pub slots: Vec<SlotResolution>,
 }
 
 impl VmResolution {
+    /// Every slot as the VM's status records it.
+    #[must_use]
+    pub fn images(&self) -> Vec<ResolvedImage> {
+        self.slots.iter().map(SlotResolution::image).collect()
+    }
+
     /// Whether every slot resolved to a reference.
+    #[must_use]
     pub fn all_resolved(&self) -> bool {
-        self.images.iter().all(|i| i.error.is_none())
+        self.slots.iter().all(|s| s.outcome.is_ok())
     }
 
     /// Whether any slot has a conflict.
+    #[must_use]
     pub fn has_conflicts(&self) -> bool {
-        self.conflicts.iter().any(|c| !c.is_empty())
+        self.slots.iter().any(|s| !s.conflicts.is_empty())
+    }
+}
+
+/// A VM with the labels of its namespace: what its resolution depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct VmView<'a> {
+    pub vm: &'a VirtualMachine,
+    pub namespace_labels: &'a BTreeMap<String, String>,
+}
+
+impl VmView<'_> {
+    /// [`resolve_vm`] of this VM.
+    #[must_use]
+    pub fn resolve(&self, set: &RuleSet, default_runner_image: &str, mode: Mode) -> VmResolution {
+        resolve_vm(
+            set,
+            self.vm,
+            self.namespace_labels,
+            default_runner_image,
+            mode,
+        )
     }
 }
 
 /// Resolves every slot of `vm`. `namespace_labels` are the labels of the VM's namespace.
+#[must_use]
 pub fn resolve_vm(
     set: &RuleSet,
     vm: &VirtualMachine,
@@ -93,49 +171,41 @@ pub fn resolve_vm(
         labels: vm.labels(),
         namespace_labels,
     };
-    let mut out = VmResolution::default();
-    for slot in image_slots(vm, default_runner_image) {
-        let (image, conflicts, disallowed) = resolve_slot(set, &slot, &who, mode);
-        out.images.push(image);
-        out.conflicts.push(conflicts);
-        out.disallowed.push(disallowed);
+    VmResolution {
+        slots: image_slots(vm, default_runner_image)
+            .into_iter()
+            .map(|slot| resolve_slot(set, slot, &who, mode))
+            .collect(),
     }
-    out
 }
 
-fn resolve_slot(
-    set: &RuleSet,
-    slot: &ImageSlot,
-    who: &Requester<'_>,
-    mode: Mode,
-) -> (ResolvedImage, Vec<RuleSource>, bool) {
-    let mut image = ResolvedImage {
-        slot: slot.slot.clone(),
-        requested: slot.requested.clone(),
-        ..ResolvedImage::default()
-    };
+fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode) -> SlotResolution {
     let reference = match Reference::parse_normalized(&slot.requested) {
         Ok(r) => r,
         Err(e) => {
-            image.error = Some(format!(
-                "requested image {:?} is not a valid reference: {e}",
-                slot.requested
-            ));
-            return (image, Vec::new(), false);
+            return SlotResolution {
+                outcome: Err(SlotError::InvalidReference {
+                    requested: slot.requested.clone(),
+                    error: e.to_string(),
+                }),
+                slot: slot.slot,
+                requested: slot.requested,
+                rule: None,
+                conflicts: Vec::new(),
+            };
         }
     };
     let res = set.resolve(&reference, who, mode);
-    image.source = res.rule.map(|id| set.source(id));
-    let mut disallowed = false;
-    match res.resolved {
-        Ok(r) => image.resolved = Some(r.to_string()),
-        Err(e) => {
-            disallowed = matches!(e, ResolveError::DisallowedTarget(_));
-            image.error = Some(e.to_string());
-        }
+    SlotResolution {
+        slot: slot.slot,
+        requested: slot.requested,
+        outcome: res.resolved.map(|r| r.to_string()).map_err(|e| match e {
+            ResolveError::InvalidRewrite(m) => SlotError::InvalidRewrite(m),
+            ResolveError::DisallowedTarget(m) => SlotError::DisallowedTarget(m),
+        }),
+        rule: res.rule.map(|id| set.rule_ref(id)),
+        conflicts: res.conflicts.iter().map(|&id| set.rule_ref(id)).collect(),
     }
-    let conflicts = res.conflicts.iter().map(|&id| set.source(id)).collect();
-    (image, conflicts, disallowed)
 }
 
 /// The labels every namespace carries in a cluster (`kubernetes.io/metadata.name`), merged
@@ -219,16 +289,14 @@ mod tests {
             "r",
             Mode::Live,
         );
+        let images = res.images();
+        assert_eq!(images[0].resolved.as_deref(), Some("localhost:5000/disk:1"));
         assert_eq!(
-            res.images[0].resolved.as_deref(),
-            Some("localhost:5000/disk:1")
-        );
-        assert_eq!(
-            res.images[0].source.as_ref().map(|s| s.name.as_str()),
+            images[0].source.as_ref().map(|s| s.name.as_str()),
             Some("m")
         );
         assert!(
-            res.images[1]
+            images[1]
                 .error
                 .as_deref()
                 .unwrap_or("")

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use imagemap::operator::Options;
 use imagemap::runner_pod::VM_LABEL;
-use imagemap::vm_plan::pod_images;
+use imagemap::runner_pod::pod_images;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -945,7 +945,7 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
             .collect::<Vec<_>>()
     );
     assert!(writes <= 3 * N as u64, "{writes} writes for {N} VMs");
-    let metrics = op.progress.metrics.render();
+    let metrics = op.observers.metrics.render();
     assert!(
         metrics.contains(&format!("imagemap_pod_recreations_total {N}")),
         "{metrics}"

@@ -12,7 +12,7 @@ use std::time::Duration;
 use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use imagemap::operator::LeaderElection;
 use imagemap::runner_pod::VM_LABEL;
-use imagemap::vm_plan::pod_images;
+use imagemap::runner_pod::pod_images;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,

@@ -166,6 +166,18 @@ pub enum VmPhase {
     Failed,
 }
 
+impl VmPhase {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmPhase::Pending => "Pending",
+            VmPhase::Running => "Running",
+            VmPhase::Succeeded => "Succeeded",
+            VmPhase::Failed => "Failed",
+        }
+    }
+}
+
 /// What the operator observed and decided for a VirtualMachine.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

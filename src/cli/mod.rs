@@ -1,5 +1,6 @@
 //! The `imagemap` command line.
 
+pub mod crds;
 pub mod resolve;
 pub mod run;
 

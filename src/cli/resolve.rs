@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use crate::api::{ResolvedImage, RuleSource};
 use crate::manifests::Manifests;
 use crate::reference::Reference;
-use crate::rules::{CompileOptions, MappingInput, Mode, Requester, RuleSet};
+use crate::rules::RuleProblem;
+use crate::rules::{CompileOptions, MappingInput, Mode, Requester, RuleRef, RuleSet};
+use crate::vm_images::SlotResolution;
 use crate::vm_images::{self, VmResolution};
 
 /// Output format of `imagemap resolve`.
@@ -89,8 +90,8 @@ struct ImageEntry {
     input: String,
     parsed: Result<Reference, String>,
     resolved: Option<Result<Reference, String>>,
-    rule: Option<RuleSource>,
-    conflicts: Vec<RuleSource>,
+    rule: Option<RuleRef>,
+    conflicts: Vec<RuleRef>,
 }
 
 struct VmEntry {
@@ -102,8 +103,7 @@ struct VmEntry {
 struct Report {
     images: Vec<ImageEntry>,
     vms: Vec<VmEntry>,
-    /// `(mapping, rule, reason, message)`.
-    problems: Vec<(String, usize, String, String)>,
+    problems: Vec<RuleProblem>,
 }
 
 impl Report {
@@ -120,18 +120,7 @@ impl Report {
             )
             .collect();
         let set = RuleSet::compile(&inputs, &CompileOptions::default());
-        let problems = set
-            .problems()
-            .iter()
-            .map(|p| {
-                (
-                    p.mapping.to_string(),
-                    p.rule,
-                    p.reason.as_str().to_string(),
-                    p.message.clone(),
-                )
-            })
-            .collect();
+        let problems = set.problems().to_vec();
         let ns_labels = |ns: &str| {
             vm_images::namespace_labels(
                 ns,
@@ -159,8 +148,8 @@ impl Report {
                 };
                 if let Ok(r) = &parsed {
                     let res = set.resolve(r, &who, Mode::Live);
-                    entry.rule = res.rule.map(|id| set.source(id));
-                    entry.conflicts = res.conflicts.iter().map(|&id| set.source(id)).collect();
+                    entry.rule = res.rule.map(|id| set.rule_ref(id));
+                    entry.conflicts = res.conflicts.iter().map(|&id| set.rule_ref(id)).collect();
                     entry.resolved = Some(res.resolved.map_err(|e| e.to_string()));
                 }
                 entry
@@ -207,7 +196,7 @@ impl Report {
         let mut lines: Vec<String> = self
             .problems
             .iter()
-            .map(|(m, rule, reason, msg)| format!("{m} rule {rule}: {reason}: {msg}"))
+            .map(|p| format!("{}: {}: {p}", p.mapping, p.reason().as_str()))
             .collect();
         for i in &self.images {
             for c in &i.conflicts {
@@ -219,13 +208,13 @@ impl Report {
             }
         }
         for v in &self.vms {
-            for (img, conflicts) in v.resolution.images.iter().zip(&v.resolution.conflicts) {
-                for c in conflicts {
+            for slot in &v.resolution.slots {
+                for c in &slot.conflicts {
                     lines.push(format!(
                         "VirtualMachine {}/{} slot {}: Conflict: {} also matches with a different result",
                         v.namespace,
                         v.name,
-                        img.slot,
+                        slot.slot,
                         describe(c)
                     ));
                 }
@@ -240,20 +229,21 @@ impl Report {
             .vms
             .iter()
             .map(|v| {
-                let images: Vec<Value> = v
-                    .resolution
-                    .images
-                    .iter()
-                    .zip(&v.resolution.conflicts)
-                    .map(|(img, conflicts)| slot_json(img, conflicts))
-                    .collect();
+                let images: Vec<Value> = v.resolution.slots.iter().map(slot_json).collect();
                 json!({"namespace": v.namespace, "name": v.name, "images": images})
             })
             .collect();
         let problems: Vec<Value> = self
             .problems
             .iter()
-            .map(|(m, rule, reason, msg)| json!({"mapping": m, "rule": rule, "reason": reason, "message": msg}))
+            .map(|p| {
+                json!({
+                    "mapping": p.mapping.to_string(),
+                    "rule": p.rule,
+                    "reason": p.reason().as_str(),
+                    "message": p.detail.to_string(),
+                })
+            })
             .collect();
         json!({"images": images, "virtualMachines": vms, "problems": problems})
     }
@@ -288,18 +278,17 @@ impl Report {
                 "RULE".into(),
             ]];
             for v in &self.vms {
-                for (img, conflicts) in v.resolution.images.iter().zip(&v.resolution.conflicts) {
-                    let resolved = match (&img.resolved, &img.error) {
-                        (_, Some(e)) => format!("error: {e}"),
-                        (Some(r), None) => r.clone(),
-                        (None, None) => String::new(),
+                for slot in &v.resolution.slots {
+                    let resolved = match &slot.outcome {
+                        Ok(r) => r.clone(),
+                        Err(e) => format!("error: {e}"),
                     };
                     rows.push([
                         format!("{}/{}", v.namespace, v.name),
-                        img.slot.clone(),
-                        img.requested.clone(),
+                        slot.slot.clone(),
+                        slot.requested.clone(),
                         resolved,
-                        rule_cell(img.source.as_ref(), conflicts),
+                        rule_cell(slot.rule.as_ref(), &slot.conflicts),
                     ]);
                 }
             }
@@ -312,17 +301,11 @@ impl Report {
     }
 }
 
-fn describe(s: &RuleSource) -> String {
-    match &s.namespace {
-        Some(ns) => format!(
-            "{} {ns}/{} rule {} ({})",
-            s.kind, s.name, s.rule, s.match_kind
-        ),
-        None => format!("{} {} rule {} ({})", s.kind, s.name, s.rule, s.match_kind),
-    }
+fn describe(r: &RuleRef) -> String {
+    format!("{r} ({})", r.kind.as_str())
 }
 
-fn rule_cell(rule: Option<&RuleSource>, conflicts: &[RuleSource]) -> String {
+fn rule_cell(rule: Option<&RuleRef>, conflicts: &[RuleRef]) -> String {
     let mut cell = rule.map_or_else(|| "-".to_string(), describe);
     if !conflicts.is_empty() {
         cell.push_str(&format!(" [conflicts with {}]", conflicts.len()));
@@ -353,7 +336,8 @@ fn render<const N: usize>(rows: &[[String; N]]) -> String {
     out
 }
 
-fn source_json(s: &RuleSource) -> Value {
+fn source_json(r: &RuleRef) -> Value {
+    let s = r.source();
     json!({"kind": s.kind, "namespace": s.namespace, "name": s.name, "rule": s.rule, "match": s.match_kind})
 }
 
@@ -388,14 +372,14 @@ fn image_json(i: &ImageEntry) -> Value {
     })
 }
 
-fn slot_json(img: &ResolvedImage, conflicts: &[RuleSource]) -> Value {
+fn slot_json(slot: &SlotResolution) -> Value {
     json!({
-        "slot": img.slot,
-        "requested": img.requested,
-        "resolved": img.resolved,
-        "source": img.source.as_ref().map(source_json),
-        "conflicts": conflicts.iter().map(source_json).collect::<Vec<_>>(),
-        "error": img.error,
+        "slot": slot.slot,
+        "requested": slot.requested,
+        "resolved": slot.outcome.as_ref().ok(),
+        "source": slot.rule.as_ref().map(source_json),
+        "conflicts": slot.conflicts.iter().map(source_json).collect::<Vec<_>>(),
+        "error": slot.outcome.as_ref().err().map(ToString::to_string),
     })
 }
 

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::operator::{self, LeaderElection, Options, Progress, health};
+use crate::operator::{self, LeaderElection, Observers, Options, health};
 use crate::vm_images;
 
 /// Arguments of `imagemap run`.
@@ -85,25 +85,27 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
         anyhow::anyhow!("no Kubernetes credentials (in-cluster or KUBECONFIG): {e}")
     })?;
     let (client, requests) = crate::api_requests::client_with_counter(config)?;
-    let progress = Arc::new(Progress::default());
-    progress.metrics.count_requests_of(requests);
+    let observers = Observers::new(requests);
     if args.health_addr != "off" {
         let addr: SocketAddr = args
             .health_addr
             .parse()
             .map_err(|e| anyhow::anyhow!("--health-addr {:?}: {e}", args.health_addr))?;
-        let health = Arc::clone(&progress);
+        let (health, metrics) = (
+            Arc::clone(&observers.health),
+            Arc::clone(&observers.metrics),
+        );
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("--health-addr {addr}: {e}"))?;
         tokio::spawn(async move {
-            if let Err(e) = health::serve(listener, health).await {
+            if let Err(e) = health::serve(listener, health, metrics).await {
                 tracing::error!(error = %e, "probe endpoint stopped");
             }
         });
     }
     if !args.leader_elect {
-        return operator::run_with(client, args.options(), progress, shutdown_signal()).await;
+        return operator::run_with(client, args.options(), observers, shutdown_signal()).await;
     }
     let election = LeaderElection {
         lease_name: args.lease_name.clone(),
@@ -120,7 +122,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     operator::run_elected(
         client,
         args.options(),
-        progress,
+        observers,
         election,
         shutdown_signal(),
     )

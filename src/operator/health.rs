@@ -1,9 +1,11 @@
-//! `/livez` and `/readyz` (liveness tied to real progress, readiness to synced caches) and
-//! `/metrics`.
+//! `/livez` and `/readyz` — liveness tied to the VM controller's progress and the watches,
+//! readiness to synced caches — and `/metrics`.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -12,8 +14,11 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-/// The operator loop must tick at least this often to be live.
-pub const HEARTBEAT_LIMIT: Duration = Duration::from_secs(60);
+use super::metrics::Metrics;
+
+/// A reconcile running longer than this, or work waiting this long without a reconcile
+/// starting, means the VM controller is wedged: the operator is not live.
+pub const PROGRESS_LIMIT: Duration = Duration::from_secs(300);
 /// Watches failing without a success for this long make the operator not live.
 pub const WATCH_FAILURE_LIMIT: Duration = Duration::from_secs(300);
 
@@ -21,21 +26,40 @@ pub const WATCH_FAILURE_LIMIT: Duration = Duration::from_secs(300);
 #[derive(Debug)]
 pub struct Health {
     started: Instant,
-    heartbeat: AtomicU64,
     last_watch_ok: AtomicU64,
     last_watch_error: AtomicU64,
     caches_synced: AtomicBool,
+    /// When work for the VM controller was first queued with no reconcile started since.
+    unserved_since: AtomicU64,
+    /// Start times of the reconciles running now, by a sequence number.
+    in_flight: Mutex<BTreeMap<u64, u64>>,
+    next_reconcile: AtomicU64,
 }
 
 impl Default for Health {
     fn default() -> Self {
         Health {
             started: Instant::now(),
-            heartbeat: AtomicU64::new(0),
             last_watch_ok: AtomicU64::new(0),
             last_watch_error: AtomicU64::new(0),
             caches_synced: AtomicBool::new(false),
+            unserved_since: AtomicU64::new(0),
+            in_flight: Mutex::new(BTreeMap::new()),
+            next_reconcile: AtomicU64::new(0),
         }
+    }
+}
+
+/// A reconcile in progress; it ends when this is dropped (finished or cancelled).
+#[must_use]
+pub struct InFlight<'a> {
+    health: &'a Health,
+    id: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.health.running().remove(&self.id);
     }
 }
 
@@ -44,9 +68,29 @@ impl Health {
         self.started.elapsed().as_secs().max(1)
     }
 
-    /// The operator's main loop is alive.
-    pub fn beat(&self) {
-        self.heartbeat.store(self.now(), Ordering::Relaxed);
+    fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u64>> {
+        // Each update is one insert or remove: a panicking holder left a whole map.
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Work for the VM controller was queued (a watch event or a trigger).
+    pub fn demand(&self) {
+        let _ = self.unserved_since.compare_exchange(
+            0,
+            self.now(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A reconcile starts; it counts as running until the returned guard is dropped.
+    pub fn reconcile_started(&self) -> InFlight<'_> {
+        self.unserved_since.store(0, Ordering::Relaxed);
+        let id = self.next_reconcile.fetch_add(1, Ordering::Relaxed);
+        self.running().insert(id, self.now());
+        InFlight { health: self, id }
     }
 
     /// A watch delivered an event (`true`) or failed (`false`).
@@ -71,10 +115,22 @@ impl Health {
 
     /// [`Health::live`] at `now` seconds since start.
     fn live_at(&self, now: u64) -> Result<(), String> {
-        let beat = self.heartbeat.load(Ordering::Relaxed);
-        let grace = HEARTBEAT_LIMIT.as_secs();
-        if now > grace && now.saturating_sub(beat) > grace {
-            return Err(format!("the operator loop has not run for {}s", now - beat));
+        let limit = PROGRESS_LIMIT.as_secs();
+        let oldest = self.running().values().min().copied();
+        if let Some(started) = oldest
+            && now.saturating_sub(started) > limit
+        {
+            return Err(format!(
+                "a VirtualMachine reconcile has run for {}s",
+                now - started
+            ));
+        }
+        let unserved = self.unserved_since.load(Ordering::Relaxed);
+        if unserved > 0 && now.saturating_sub(unserved) > limit {
+            return Err(format!(
+                "VirtualMachine work has waited {}s without a reconcile starting",
+                now - unserved
+            ));
         }
         let (ok, err) = (
             self.last_watch_ok.load(Ordering::Relaxed),
@@ -112,26 +168,25 @@ fn respond(result: Result<(), String>) -> Response<Full<Bytes>> {
     resp
 }
 
-/// Serves the probes on `listener` until the future is dropped.
+/// Serves the probes and the metrics on `listener` until the future is dropped.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    progress: Arc<super::Progress>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
 ) -> std::io::Result<()> {
     tracing::info!(addr = ?listener.local_addr().ok(), "serving /livez, /readyz and /metrics");
     loop {
         let (stream, _) = listener.accept().await?;
-        let progress = Arc::clone(&progress);
+        let (health, metrics) = (Arc::clone(&health), Arc::clone(&metrics));
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let progress = Arc::clone(&progress);
+                let (health, metrics) = (Arc::clone(&health), Arc::clone(&metrics));
                 async move {
-                    let health = &progress.health;
                     Ok::<_, Infallible>(match req.uri().path() {
                         "/livez" | "/healthz" => respond(health.live()),
                         "/readyz" => respond(health.ready()),
                         "/metrics" => {
-                            let mut r =
-                                Response::new(Full::new(Bytes::from(progress.metrics.render())));
+                            let mut r = Response::new(Full::new(Bytes::from(metrics.render())));
                             r.headers_mut().insert(
                                 hyper::header::CONTENT_TYPE,
                                 hyper::header::HeaderValue::from_static(
@@ -162,22 +217,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn readiness_follows_the_caches_and_liveness_the_watches() {
+    fn readiness_follows_the_caches() {
         let h = Health::default();
         assert!(h.ready().is_err());
         h.set_synced(true);
         assert!(h.ready().is_ok());
-        // Young: live even before the first heartbeat; later, a missing heartbeat is fatal.
-        assert!(h.live_at(10).is_ok());
-        assert!(h.live_at(61).unwrap_err().contains("has not run"));
-        h.heartbeat.store(100, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn an_idle_controller_is_live_and_a_wedged_one_is_not() {
+        let h = Health::default();
+        // Idle: no work, nothing running — live however long.
+        assert!(h.live_at(10_000).is_ok());
+        // Work queued and served.
+        h.unserved_since.store(100, Ordering::Relaxed);
+        assert!(h.live_at(399).is_ok());
+        assert!(
+            h.live_at(401)
+                .unwrap_err()
+                .contains("waited 301s without a reconcile starting")
+        );
+        let running = h.reconcile_started();
+        assert_eq!(h.unserved_since.load(Ordering::Relaxed), 0);
+        let started = h.running()[&running.id];
+        assert!(h.live_at(started + 300).is_ok());
+        assert!(
+            h.live_at(started + 301)
+                .unwrap_err()
+                .contains("reconcile has run for 301s")
+        );
+        drop(running);
+        assert!(h.live_at(started + 301).is_ok(), "finished: live again");
+        // demand() keeps the first unserved time.
+        h.demand();
+        let first = h.unserved_since.load(Ordering::Relaxed);
+        h.demand();
+        assert_eq!(h.unserved_since.load(Ordering::Relaxed), first);
+    }
+
+    #[test]
+    fn failing_watches_without_progress_are_fatal() {
+        let h = Health::default();
         h.last_watch_ok.store(100, Ordering::Relaxed);
         h.last_watch_error.store(150, Ordering::Relaxed);
         assert!(
             h.live_at(120).is_ok(),
             "a recent watch failure is not yet fatal"
         );
-        h.heartbeat.store(401, Ordering::Relaxed);
         assert!(
             h.live_at(401)
                 .unwrap_err()

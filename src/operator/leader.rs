@@ -3,12 +3,11 @@
 //! replaced once its Lease expires.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use kube::Client;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 
-use super::{Options, Progress, run_with};
+use super::{Observers, Options, run_with};
 
 /// Where and how long the Lease is held.
 #[derive(Debug, Clone)]
@@ -28,7 +27,7 @@ pub struct LeaderElection {
 pub async fn run_elected(
     client: Client,
     options: Options,
-    progress: Arc<Progress>,
+    observers: Observers,
     election: LeaderElection,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
@@ -65,7 +64,7 @@ pub async fn run_elected(
             () = lost => {}
         }
     };
-    let result = run_with(client, options, progress, stop).await;
+    let result = run_with(client, options, observers, stop).await;
     // Closing the channel makes the manager release the Lease.
     drop(leading);
     task.await??;

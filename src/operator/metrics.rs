@@ -1,8 +1,6 @@
 //! `/metrics`: Prometheus metrics. Labels are bounded (verbs, resources, codes, error
 //! categories); no object names.
 
-use std::sync::Mutex;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -34,11 +32,14 @@ pub struct Metrics {
     recreations: Counter,
     conflicts: Gauge,
     requests: Family<RequestLabels, Counter>,
-    api: Mutex<Option<ApiRequests>>,
+    /// The operator client's request counter, read into `requests` at each render.
+    api: ApiRequests,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
+impl Metrics {
+    /// The operator's metrics, reporting the requests `api` counts as `api_requests`.
+    #[must_use]
+    pub fn new(api: ApiRequests) -> Self {
         let mut registry = Registry::with_prefix("imagemap");
         let reconciles = Counter::default();
         let errors = Family::<ErrorLabels, Counter>::default();
@@ -84,16 +85,7 @@ impl Default for Metrics {
             recreations,
             conflicts,
             requests,
-            api: Mutex::new(None),
-        }
-    }
-}
-
-impl Metrics {
-    /// Reports the requests counted by `api` (the operator's client) as `api_requests`.
-    pub fn count_requests_of(&self, api: ApiRequests) {
-        if let Ok(mut slot) = self.api.lock() {
-            *slot = Some(api);
+            api,
         }
     }
 
@@ -116,17 +108,13 @@ impl Metrics {
 
     /// The metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        if let Ok(slot) = self.api.lock()
-            && let Some(api) = slot.as_ref()
-        {
-            for (key, n) in api.snapshot() {
-                let counter = self.requests.get_or_create(&RequestLabels {
-                    verb: key.verb.to_string(),
-                    resource: key.resource.clone(),
-                    code: key.code.clone(),
-                });
-                counter.inc_by(n.saturating_sub(counter.get()));
-            }
+        for (key, n) in self.api.snapshot() {
+            let counter = self.requests.get_or_create(&RequestLabels {
+                verb: key.verb.to_string(),
+                resource: key.resource,
+                code: key.code,
+            });
+            counter.inc_by(n.saturating_sub(counter.get()));
         }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
@@ -142,7 +130,7 @@ mod tests {
 
     #[test]
     fn renders_every_metric_with_bounded_labels() {
-        let m = Metrics::default();
+        let m = Metrics::new(ApiRequests::new());
         m.reconciled(0.004);
         m.failed("pod_create");
         m.recreated();
@@ -178,8 +166,7 @@ mod request_tests {
             .body(kube::client::Body::empty())
             .unwrap();
         svc.ready().await.unwrap().call(req).await.unwrap();
-        let m = Metrics::default();
-        m.count_requests_of(api);
+        let m = Metrics::new(api);
         let text = m.render();
         assert!(
             text.contains(

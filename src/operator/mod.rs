@@ -2,35 +2,55 @@
 //! mapping changes re-reconcile exactly the VMs they affect.
 //!
 //! Every read comes from watch caches (reflectors); every write is a server-side apply
-//! with one field manager, or a pod create/delete.
+//! with one field manager, or a pod create/delete ([`writes`]). The tasks:
+//! - the rules watcher ([`rules_watcher`]): mapping and namespace events → recompile →
+//!   affected VMs → the VM controller's queue;
+//! - the pod watcher ([`pod_watcher`]): runner pod events → the owning VM → the queue;
+//! - the VM controller: [`vm_reconciler`] observes, plans ([`crate::vm_plan`]) and applies;
+//! - the mapping status writer ([`mapping_status_writer`]).
 
+mod caches;
 mod context;
+mod events;
 pub mod health;
 mod leader;
-mod mappings;
+mod mapping_status_writer;
 pub mod metrics;
+mod options;
+mod pod_expectations;
+mod pod_watcher;
 mod progress;
+mod recreation_budget;
+mod rule_index;
+mod rules_watcher;
+mod trigger;
 mod vm_reconciler;
+mod writes;
 
+use std::future::Future;
 use std::sync::Arc;
 
-use std::time::Duration;
-
-use futures::{FutureExt, StreamExt, stream};
+use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 
-pub use context::{Context, FIELD_MANAGER, Options};
+pub use caches::{Caches, CachesListed, Listed};
+pub use context::{Context, Observers};
 pub use leader::{LeaderElection, run_elected};
+pub use options::Options;
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
+pub use writes::FIELD_MANAGER;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::runner_pod::VM_LABEL;
+use health::Health;
+use rules_watcher::Change;
+use trigger::Trigger;
 
 /// Ends a background task when the operator future ends or is dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -41,165 +61,174 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Records each watch result for the liveness probe.
-fn seen<T>(p: &Arc<Progress>) -> impl Fn(&Result<T, watcher::Error>) + use<T> {
-    let p = Arc::clone(p);
-    move |r| p.health.watch_result(r.is_ok())
+fn spawn(task: impl Future<Output = ()> + Send + 'static) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(task))
 }
 
-enum Change {
-    Rules,
-    Namespace(String),
+/// A reflected watch of every `K` (matching `config`), reporting each result to the
+/// liveness probe and marking `listed` once the store holds the first list.
+fn reflected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    listed: &Listed,
+    health: &Arc<Health>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (health, listed) = (Arc::clone(health), listed.clone());
+    watcher(api, config)
+        .default_backoff()
+        .inspect(move |r| health.watch_result(r.is_ok()))
+        .reflect(writer)
+        .inspect(move |r| {
+            if matches!(r, Ok(watcher::Event::InitDone)) {
+                listed.mark();
+            }
+        })
 }
 
 /// Runs the operator until the VirtualMachine controller stops (or the future is dropped).
 pub async fn run(client: Client, options: Options) -> anyhow::Result<()> {
-    run_with(
-        client,
-        options,
-        Arc::new(Progress::default()),
-        std::future::pending(),
-    )
-    .await
+    let observers = Observers::new(crate::api_requests::ApiRequests::new());
+    run_with(client, options, observers, std::future::pending()).await
 }
 
-/// [`run`], reporting finished work to `progress`. When `shutdown` completes, no new
-/// reconcile starts, the running ones finish, and the function returns.
+/// [`run`], reporting to `observers`. When `shutdown` completes, no new reconcile starts,
+/// the running ones finish, and the function returns.
 pub async fn run_with(
     client: Client,
     options: Options,
-    progress: Arc<Progress>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    observers: Observers,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let cfg = watcher::Config::default;
-    let (mapping_store, mapping_writer) = reflector::store::<ImageMapping>();
-    let (cluster_store, cluster_writer) = reflector::store::<ClusterImageMapping>();
-    let (ns_store, ns_writer) = reflector::store::<Namespace>();
-    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let health = Arc::clone(&observers.health);
+    let all = watcher::Config::default;
+    let (mappings, mapping_writer) = reflector::store::<ImageMapping>();
+    let (cluster_mappings, cluster_writer) = reflector::store::<ClusterImageMapping>();
+    let (namespaces, ns_writer) = reflector::store::<Namespace>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (vms, vm_writer) = reflector::store::<VirtualMachine>();
+    let listed = CachesListed::default();
 
-    let mapping_events = watcher(Api::<ImageMapping>::all(client.clone()), cfg())
-        .default_backoff()
-        .inspect(seen(&progress))
-        .reflect(mapping_writer)
+    let changes = stream::select_all([
+        reflected(
+            Api::all(client.clone()),
+            all(),
+            mapping_writer,
+            &listed.mappings,
+            &health,
+        )
         .touched_objects()
         .map(|_| Change::Rules)
-        .boxed();
-    let cluster_events = watcher(Api::<ClusterImageMapping>::all(client.clone()), cfg())
-        .default_backoff()
-        .inspect(seen(&progress))
-        .reflect(cluster_writer)
+        .boxed(),
+        reflected(
+            Api::all(client.clone()),
+            all(),
+            cluster_writer,
+            &listed.cluster_mappings,
+            &health,
+        )
         .touched_objects()
         .map(|_| Change::Rules)
-        .boxed();
-    let ns_events = watcher(Api::<Namespace>::all(client.clone()), cfg())
-        .default_backoff()
-        .inspect(seen(&progress))
-        .reflect(ns_writer)
+        .boxed(),
+        reflected(
+            Api::<Namespace>::all(client.clone()),
+            all(),
+            ns_writer,
+            &listed.namespaces,
+            &health,
+        )
         .touched_objects()
         .map(|ns| match ns {
             Ok(ns) => Change::Namespace(ns.name_any()),
             Err(_) => Change::Rules,
         })
-        .boxed();
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), cfg().labels(VM_LABEL))
-        .default_backoff()
-        .inspect(seen(&progress))
-        .reflect(pod_writer)
-        .touched_objects();
+        .boxed(),
+    ])
+    .boxed();
+    let pod_events = reflected(
+        Api::<Pod>::all(client.clone()),
+        all().labels(VM_LABEL),
+        pod_writer,
+        &listed.pods,
+        &health,
+    )
+    .touched_objects();
+    let vm_health = Arc::clone(&health);
+    let vm_events = reflected(
+        Api::<VirtualMachine>::all(client.clone()),
+        all(),
+        vm_writer,
+        &listed.vms,
+        &health,
+    )
+    .applied_objects()
+    .inspect(move |_| vm_health.demand());
 
-    let (trigger, triggers) = futures::channel::mpsc::unbounded::<ObjectRef<VirtualMachine>>();
-    let controller = Controller::new(Api::<VirtualMachine>::all(client.clone()), cfg())
-        .owns_stream(pod_events)
-        .reconcile_on(triggers)
-        .graceful_shutdown_on(shutdown);
-    let reporter = Reporter {
-        controller: "imagemap".into(),
-        instance: std::env::var("POD_NAME").ok(),
+    let caches = Caches {
+        vms: vms.clone(),
+        pods: pods.clone(),
+        mappings,
+        cluster_mappings,
+        namespaces,
+        listed: listed.clone(),
     };
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        options,
-        Recorder::new(client, reporter),
-        controller.store(),
-        pod_store,
-        mapping_store.clone(),
-        cluster_store.clone(),
-        ns_store.clone(),
-        progress,
+    let ctx = Arc::new(Context::new(client, options, caches, observers.clone()));
+    let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
+    let (rules_ready, rules_compiled) = tokio::sync::oneshot::channel();
+    let _rules = spawn(rules_watcher::run(
+        Arc::clone(&ctx),
+        changes,
+        trigger.clone(),
+        rules_ready,
     ));
+    let _pods = spawn(pod_watcher::run(pod_events, trigger));
+    let _statuses = spawn(mapping_status_writer::run(Arc::clone(&ctx)));
 
-    // The rule watcher must have listed every mapping and namespace before the first VM is
-    // reconciled, or VMs would first get pods with unmapped images.
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-    let rules_ctx = Arc::clone(&ctx);
-    let _rules_task = AbortOnDrop(tokio::spawn(async move {
-        let mut changes = stream::select_all([mapping_events, cluster_events, ns_events]);
-        let mut ready = Some(ready_tx);
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        let (vm_store, pod_store) = (rules_ctx.vms.clone(), rules_ctx.pods.clone());
-        loop {
-            tokio::select! {
-                change = changes.next() => {
-                    let Some(change) = change else { break };
-                    if ready.is_none() {
-                        match change {
-                            Change::Rules => mappings::apply_rule_change(&rules_ctx, &trigger),
-                            Change::Namespace(ns) => mappings::apply_namespace_change(&rules_ctx, &ns, &trigger),
-                        }
-                    }
-                }
-                _ = tick.tick() => {}
-            }
-            rules_ctx.progress.health.beat();
-            let stores_ready = || {
-                [
-                    mapping_store.wait_until_ready().now_or_never(),
-                    cluster_store.wait_until_ready().now_or_never(),
-                    ns_store.wait_until_ready().now_or_never(),
-                ]
-                .iter()
-                .all(|r| matches!(r, Some(Ok(()))))
-            };
-            let synced = ready.is_none()
-                && [
-                    vm_store.wait_until_ready().now_or_never(),
-                    pod_store.wait_until_ready().now_or_never(),
-                ]
-                .iter()
-                .all(|r| matches!(r, Some(Ok(()))));
-            rules_ctx.progress.health.set_synced(synced);
-            if ready.is_some() && stores_ready() {
-                rules_ctx.recompile();
-                rules_ctx.mapping_status.notify_one();
-                if let Some(tx) = ready.take() {
-                    let _ = tx.send(());
-                }
-            }
-        }
-    }));
-    let _status_task = AbortOnDrop(tokio::spawn(mappings::status_loop(Arc::clone(&ctx))));
-    let ctx_progress = Arc::clone(&ctx.progress);
-    ready_rx.await?;
-    tracing::info!("mappings and namespaces listed; reconciling VirtualMachines");
-    {
-        controller
-            .run(vm_reconciler::reconcile, vm_reconciler::error_policy, ctx)
-            .for_each(|res| {
-                let vm = match &res {
-                    Ok((vm, _)) => Some(format!(
-                        "{}/{}",
-                        vm.namespace.as_deref().unwrap_or_default(),
-                        vm.name
-                    )),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "reconcile");
-                        None
-                    }
-                };
-                ctx_progress.reconciled(vm);
-                futures::future::ready(())
-            })
-            .await;
+    // Reconciling before the rules are compiled would give VMs pods with unmapped images;
+    // before the pod cache has listed, it would create pods that exist.
+    let shutdown = shutdown.shared();
+    tokio::select! {
+        compiled = async { rules_compiled.await?; listed.pods.wait().await; anyhow::Ok(()) } => compiled?,
+        () = shutdown.clone() => return Ok(()),
     }
+    tracing::info!("mappings, namespaces and pods listed; reconciling VirtualMachines");
+    let synced = async {
+        listed.vms.wait().await;
+        health.set_synced(true);
+    };
+    let progress = Arc::clone(&observers.progress);
+    let controller = Controller::for_stream(vm_events, vms.clone())
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(vm_reconciler::reconcile, vm_reconciler::error_policy, ctx)
+        .for_each(|res| {
+            let vm = match &res {
+                Ok((vm, _)) => Some(vm_key(vm)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "reconcile");
+                    None
+                }
+            };
+            progress.reconciled(vm);
+            futures::future::ready(())
+        });
+    futures::join!(synced, controller);
     Ok(())
+}
+
+fn vm_key(vm: &ObjectRef<VirtualMachine>) -> String {
+    format!(
+        "{}/{}",
+        vm.namespace.as_deref().unwrap_or_default(),
+        vm.name
+    )
 }

@@ -1,26 +1,23 @@
-//! Counters of the operator's work that callers can wait on (tests, and later metrics).
+//! How much work the operator has finished, as values callers can wait on (tests and
+//! benchmarks): reconciles, the VMs reconciled, and what the mapping statuses cover.
+
+use std::collections::BTreeSet;
 
 use tokio::sync::watch;
 
 /// How much work the operator has finished.
 #[derive(Debug)]
 pub struct Progress {
-    /// What the probes read.
-    pub health: super::health::Health,
-    /// What `/metrics` reports.
-    pub metrics: super::metrics::Metrics,
     reconciles: watch::Sender<u64>,
-    reconciled_vms: watch::Sender<std::collections::BTreeSet<String>>,
+    reconciled_vms: watch::Sender<BTreeSet<String>>,
     status_covers: watch::Sender<u64>,
 }
 
 impl Default for Progress {
     fn default() -> Self {
         Progress {
-            health: Default::default(),
-            metrics: Default::default(),
             reconciles: watch::Sender::new(0),
-            reconciled_vms: watch::Sender::new(Default::default()),
+            reconciled_vms: watch::Sender::new(BTreeSet::new()),
             status_covers: watch::Sender::new(0),
         }
     }
@@ -28,17 +25,20 @@ impl Default for Progress {
 
 impl Progress {
     /// Finished VirtualMachine reconciles (successful or not).
+    #[must_use]
     pub fn reconciles(&self) -> watch::Receiver<u64> {
         self.reconciles.subscribe()
     }
 
-    /// `namespace/name` of every VirtualMachine reconciled at least once.
-    pub fn reconciled_vms(&self) -> watch::Receiver<std::collections::BTreeSet<String>> {
+    /// `namespace/name` of every existing VirtualMachine reconciled at least once.
+    #[must_use]
+    pub fn reconciled_vms(&self) -> watch::Receiver<BTreeSet<String>> {
         self.reconciled_vms.subscribe()
     }
 
     /// The number of reconciles that the last finished mapping-status pass took into
     /// account: once it reaches N, the statuses reflect the first N reconciles.
+    #[must_use]
     pub fn status_covers(&self) -> watch::Receiver<u64> {
         self.status_covers.subscribe()
     }
@@ -50,6 +50,15 @@ impl Progress {
         }
     }
 
+    /// Forgets the VMs that no longer exist, so the set stays as large as the cluster's.
+    pub(crate) fn retain_vms(&self, exists: impl Fn(&str) -> bool) {
+        self.reconciled_vms.send_if_modified(|set| {
+            let before = set.len();
+            set.retain(|vm| exists(vm));
+            set.len() != before
+        });
+    }
+
     /// The reconcile count a status pass starts from.
     pub(crate) fn status_pass_start(&self) -> u64 {
         *self.reconciles.borrow()
@@ -57,5 +66,24 @@ impl Progress {
 
     pub(crate) fn status_pass_done(&self, covered: u64) {
         self.status_covers.send_modify(|n| *n = covered.max(*n));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconciled_vms_shrink_with_the_cluster() {
+        let p = Progress::default();
+        p.reconciled(Some("dev/a".into()));
+        p.reconciled(Some("dev/b".into()));
+        p.reconciled(None);
+        assert_eq!(*p.reconciles().borrow(), 3);
+        p.retain_vms(|vm| vm == "dev/b");
+        assert_eq!(
+            p.reconciled_vms().borrow().iter().collect::<Vec<_>>(),
+            ["dev/b"]
+        );
     }
 }

@@ -1,24 +1,22 @@
-//! The VirtualMachine reconcile: observe from the caches, plan, apply.
+//! The VirtualMachine reconcile: observe from the caches, plan (pure), apply.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::ResourceExt;
+use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
-use serde_json::json;
 
-use super::context::{Context, FIELD_MANAGER};
+use super::Context;
+use super::events::publish;
+use super::writes::{Written, apply_status, create_pod, delete_pod, name_of};
 use crate::api::VirtualMachine;
+use crate::conditions;
 use crate::rules::Mode;
 use crate::vm_images;
-use crate::vm_plan::{self, Observation, PodAction, VmEvent};
+use crate::vm_plan::{self, Observation, Plan, PodAction};
 
 /// A reconcile that could not finish; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +31,7 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// A bounded label for metrics.
+    #[must_use]
     pub fn category(&self) -> &'static str {
         match self {
             ReconcileError::Status { .. } => "status_write",
@@ -42,24 +41,23 @@ impl ReconcileError {
     }
 }
 
-fn now() -> Time {
-    // Whole seconds: what the API server stores, so cached and computed statuses compare equal.
-    let secs = Timestamp::now().as_second();
-    Time(Timestamp::from_second(secs).unwrap_or_else(|_| Timestamp::now()))
-}
+/// How long to wait for a deletion to finish (or a created pod to show) before looking again.
+const WAITING_RECHECK: Duration = Duration::from_secs(10);
+/// How long to wait for a replaced pod that terminates before creating its successor.
+const TERMINATING_RECHECK: Duration = Duration::from_secs(5);
+/// Backoff after a failed reconcile.
+const ERROR_BACKOFF: Duration = Duration::from_secs(2);
 
-fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
-}
-
-/// Reconciles one VirtualMachine, counting it in the metrics.
+/// Reconciles one VirtualMachine, counting it in the metrics and the liveness probe.
 pub async fn reconcile(
     vm: Arc<VirtualMachine>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    let health = Arc::clone(&ctx.observers.health);
+    let _running = health.reconcile_started();
     let started = std::time::Instant::now();
-    let result = reconcile_vm(vm, Arc::clone(&ctx)).await;
-    let metrics = &ctx.progress.metrics;
+    let result = reconcile_vm(&vm, &ctx).await;
+    let metrics = &ctx.observers.metrics;
     metrics.reconciled(started.elapsed().as_secs_f64());
     if let Err(e) = &result {
         metrics.failed(e.category());
@@ -67,161 +65,123 @@ pub async fn reconcile(
     result
 }
 
-async fn reconcile_vm(
-    vm: Arc<VirtualMachine>,
-    ctx: Arc<Context>,
-) -> Result<Action, ReconcileError> {
+async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, ReconcileError> {
     let namespace = vm.namespace().unwrap_or_default();
-    if !ctx.in_scope(&namespace) || vm.metadata.deletion_timestamp.is_some() {
+    if !ctx.options.acts_in(&namespace) || vm.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    // Deciding from a pod cache that has not listed yet would create pods that exist.
-    if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
-        return Ok(Action::requeue(Duration::from_millis(200)));
-    }
-    let rules = ctx.rules();
-    let ns_labels = ctx.namespace_labels(&namespace);
+    let plan = observe_and_plan(vm, ctx, &namespace);
+    apply(vm, ctx, &namespace, &plan).await
+}
+
+/// Observes the VM's resolution and pods from the caches, and plans.
+fn observe_and_plan(vm: &VirtualMachine, ctx: &Context, namespace: &str) -> Plan {
     let resolution = vm_images::resolve_vm(
-        &rules,
-        &vm,
-        &ns_labels,
+        &ctx.rules.current(),
+        vm,
+        &ctx.caches.namespace_labels(namespace),
         &ctx.options.default_runner_image,
         Mode::Live,
     );
-    let pods = ctx.pods_of(&vm);
-    let vm_ref = ObjectRef::from_obj(vm.as_ref());
-    let expected = ctx.expected_pod(&vm_ref, &pods);
-    let plan = vm_plan::plan(&Observation {
-        vm: &vm,
-        pods: pods.iter().map(AsRef::as_ref).collect(),
+    let pods = ctx.caches.pods_of(vm);
+    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let expected = ctx.expectations.pending(&ObjectRef::from_obj(vm), &pods);
+    vm_plan::plan(&Observation {
+        vm,
+        pods,
         resolution: &resolution,
         expected_pod: expected.as_deref(),
-        now: now(),
-    });
+        now: conditions::now(),
+    })
+}
 
+/// Applies a plan: warnings, the status, the pod actions, then the other Events.
+async fn apply(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    namespace: &str,
+    plan: &Plan,
+) -> Result<Action, ReconcileError> {
     // Warnings about a state the status is entering go out before the status is written,
     // so a crash in between repeats them rather than losing them.
-    publish(&ctx, &vm, plan.events.iter().filter(|e| e.warning)).await;
-    if vm.status.as_ref() != Some(&plan.status) {
-        let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = json!({
-            "apiVersion": VirtualMachine::api_version(&()),
-            "kind": VirtualMachine::kind(&()),
-            "status": plan.status,
-        });
-        api.patch_status(
-            &vm.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
+    publish(&ctx.recorder, vm, plan.events.iter().filter(|e| e.warning)).await;
+    let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), namespace);
+    let written = apply_status(&api, &vm.name_any(), vm.status.as_ref(), &plan.status)
         .await
         .map_err(|source| ReconcileError::Status {
-            vm: format!("{namespace}/{}", vm.name_any()),
+            vm: name_of(vm),
             source,
         })?;
+    if written == Written::Gone {
+        return Ok(Action::await_change());
     }
 
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut requeue = plan.waiting.then_some(Duration::from_secs(10));
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let vm_ref = ObjectRef::from_obj(vm);
+    let mut requeue = plan.waiting.then_some(WAITING_RECHECK);
     for action in &plan.actions {
         match action {
             PodAction::Create(pod) => {
-                let name = pod.name_any();
-                match pods_api.create(&PostParams::default(), pod).await {
-                    Ok(_) => {}
-                    Err(e) if is_status(&e, 409) => {}
-                    Err(source) => return Err(ReconcileError::CreatePod { pod: name, source }),
-                }
-                ctx.expect_pod(vm_ref.clone(), name);
+                create(ctx, &pods, &vm_ref, pod).await?;
             }
             PodAction::Delete { name, uid } => {
-                delete_pod(&pods_api, name, uid).await?;
-                ctx.forget_pod(&vm_ref);
+                delete(&pods, name, uid).await?;
+                ctx.expectations.forget(&vm_ref);
             }
             PodAction::Replace { name, uid, new } => {
-                if let Err(wait) = ctx.take_recreation() {
+                if let Err(wait) = ctx.budget.take() {
                     tracing::info!(vm = %vm_ref, pod = %name, ?wait, "recreation budget spent; waiting");
                     requeue = Some(wait.max(Duration::from_secs(1)));
                     continue;
                 }
-                delete_pod(&pods_api, name, uid).await?;
+                delete(&pods, name, uid).await?;
                 // An unscheduled pod is gone at once; a running one terminates first, and its
                 // deletion event brings the VM back here to create the replacement.
-                match pods_api.get_opt(name).await {
+                match pods.get_opt(name).await {
                     Ok(None) => {
-                        let new_name = new.name_any();
-                        match pods_api.create(&PostParams::default(), new).await {
-                            Ok(_) => {}
-                            Err(e) if is_status(&e, 409) => {}
-                            Err(source) => {
-                                return Err(ReconcileError::CreatePod {
-                                    pod: new_name,
-                                    source,
-                                });
-                            }
-                        }
-                        ctx.expect_pod(vm_ref.clone(), new_name);
-                        ctx.progress.metrics.recreated();
+                        create(ctx, &pods, &vm_ref, new).await?;
+                        ctx.observers.metrics.recreated();
                     }
-                    Ok(Some(_)) | Err(_) => requeue = Some(Duration::from_secs(5)),
+                    Ok(Some(_)) | Err(_) => requeue = Some(TERMINATING_RECHECK),
                 }
             }
         }
     }
     // Reports of what was done follow the actions.
-    publish(&ctx, &vm, plan.events.iter().filter(|e| !e.warning)).await;
+    publish(&ctx.recorder, vm, plan.events.iter().filter(|e| !e.warning)).await;
     // Mapping statuses count VMs and list those awaiting a restart.
-    ctx.mapping_status.notify_one();
-    Ok(match requeue {
-        Some(after) => Action::requeue(after),
-        None => Action::await_change(),
-    })
+    ctx.mapping_status_due.notify_one();
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
-async fn publish<'a>(
+async fn create(
     ctx: &Context,
-    vm: &VirtualMachine,
-    events: impl Iterator<Item = &'a VmEvent>,
-) {
-    for ev in events {
-        let event = Event {
-            type_: if ev.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: ev.reason.into(),
-            note: Some(ev.message.chars().take(1000).collect()),
-            action: ev.reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &vm.object_ref(&())).await {
-            tracing::warn!(vm = %ObjectRef::from_obj(vm), error = %e, "could not record event");
-        }
-    }
+    api: &Api<Pod>,
+    vm: &ObjectRef<VirtualMachine>,
+    pod: &Pod,
+) -> Result<(), ReconcileError> {
+    create_pod(api, pod)
+        .await
+        .map_err(|source| ReconcileError::CreatePod {
+            pod: pod.name_any(),
+            source,
+        })?;
+    ctx.expectations.expect(vm.clone(), pod.name_any());
+    Ok(())
 }
 
-/// Deletes a pod with a UID precondition; a pod already gone or replaced is not an error.
-async fn delete_pod(api: &Api<Pod>, name: &str, uid: &str) -> Result<(), ReconcileError> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_string()),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
-        Err(source) => Err(ReconcileError::DeletePod {
+async fn delete(api: &Api<Pod>, name: &str, uid: &str) -> Result<(), ReconcileError> {
+    delete_pod(api, name, uid)
+        .await
+        .map(|_| ())
+        .map_err(|source| ReconcileError::DeletePod {
             pod: name.to_string(),
             source,
-        }),
-    }
+        })
 }
 
 /// Backoff after a failed reconcile.
 pub fn error_policy(vm: Arc<VirtualMachine>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
     tracing::warn!(vm = %ObjectRef::from_obj(vm.as_ref()), category = error.category(), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(2))
+    Action::requeue(ERROR_BACKOFF)
 }

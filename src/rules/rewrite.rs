@@ -75,6 +75,7 @@ impl Action {
     }
 
     /// A rule with neither `to` nor setters keeps matching references as they are.
+    #[cfg(test)]
     pub fn is_exception(&self) -> bool {
         self.to.is_none() && self.tag.is_none() && self.digest.is_none()
     }

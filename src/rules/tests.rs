@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 
 use super::*;
-use crate::api::RuleMatch;
+use crate::api::{MappingRule, RuleMatch};
 
 fn rule(kind: &str, pattern: &str, to: Option<&str>) -> MappingRule {
     let mut m = RuleMatch::default();
@@ -297,7 +297,7 @@ fn ties_with_different_results_conflict_and_the_winner_is_deterministic() {
         .set
         .problems()
         .iter()
-        .map(|p| (p.mapping.name.as_str(), p.reason))
+        .map(|p| (p.mapping.name.as_str(), p.reason()))
         .collect();
     assert_eq!(
         reasons,
@@ -364,8 +364,8 @@ fn invalid_rules_are_reported_and_the_rest_still_apply() {
     )]);
     assert_eq!(w.resolve("nginx").0, "ok.io/nginx");
     let p = &w.set.problems()[0];
-    assert_eq!((p.rule, p.reason), (0, ProblemReason::InvalidRule));
-    assert!(p.message.contains("not a valid RE2"), "{}", p.message);
+    assert_eq!((p.rule, p.reason()), (Some(0), ProblemReason::InvalidRule));
+    assert!(p.to_string().contains("not a valid RE2"), "{p}");
 }
 
 #[test]
@@ -442,7 +442,7 @@ fn allowed_registries_refuse_other_targets() {
         allowed_registries: Some(vec!["ok.io".into(), "*.mirror.io".into()]),
     };
     let set = RuleSet::compile(&inputs, &options);
-    assert_eq!(set.problems()[0].reason, ProblemReason::DisallowedTarget);
+    assert_eq!(set.problems()[0].reason(), ProblemReason::DisallowedTarget);
     let none = BTreeMap::new();
     let who = Requester {
         namespace: "dev",

@@ -3,7 +3,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::api::{ResolvedImage, VirtualMachineSpec};
+use crate::api::VirtualMachineSpec;
+use crate::runner_pod::pod_images;
+use crate::vm_images::{SlotError, SlotResolution};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 fn vm(live_reload: bool, policy: &str) -> VirtualMachine {
     let spec: VirtualMachineSpec = serde_yaml_ng::from_str(&format!(
@@ -18,16 +21,18 @@ fn vm(live_reload: bool, policy: &str) -> VirtualMachine {
 }
 
 fn resolution(disk: &str) -> VmResolution {
-    let img = |slot: &str, r: &str| ResolvedImage {
+    let slot = |slot: &str, r: &str| SlotResolution {
         slot: slot.into(),
         requested: r.into(),
-        resolved: Some(r.into()),
-        ..Default::default()
+        outcome: Ok(r.into()),
+        rule: None,
+        conflicts: Vec::new(),
     };
     VmResolution {
-        images: vec![img("rootDisk", disk), img("runner", "docker.io/x/runner:1")],
-        conflicts: vec![vec![], vec![]],
-        disallowed: vec![false, false],
+        slots: vec![
+            slot("rootDisk", disk),
+            slot("runner", "docker.io/x/runner:1"),
+        ],
     }
 }
 
@@ -188,7 +193,7 @@ fn restart_policy_decides_what_follows_a_finished_pod() {
         } else {
             assert_eq!(pods.len(), 1, "{policy}/{phase}: the finished pod stays");
             assert_eq!(v.status.as_ref().unwrap().restart_count, 0);
-            assert_eq!(phase_str(v.status.as_ref().unwrap().phase.unwrap()), phase);
+            assert_eq!(v.status.as_ref().unwrap().phase.unwrap().as_str(), phase);
         }
     }
 }
@@ -261,8 +266,7 @@ fn unresolved_images_leave_the_pod_alone_and_say_why() {
     let p = run(&v, &pods, &resolution("disk:1"));
     apply(&mut v, &mut pods, &p);
     let mut bad = resolution("disk:1");
-    bad.images[0].resolved = None;
-    bad.images[0].error = Some("rewrite produced \"X\"".into());
+    bad.slots[0].outcome = Err(SlotError::InvalidRewrite("rewrite produced \"X\"".into()));
     let p = run(&v, &pods, &bad);
     assert!(p.actions.is_empty());
     let c = cond(&p, "ImagesResolved");
@@ -292,4 +296,27 @@ fn transition_times_are_kept_while_a_condition_holds() {
         now: later,
     });
     assert_eq!(p2.status, p.status);
+}
+
+#[test]
+fn a_pod_awaits_a_restart_only_without_live_reload() {
+    for live_reload in [false, true] {
+        let mut v = vm(live_reload, "Always");
+        let mut pods = Vec::new();
+        let p = run(&v, &pods, &resolution("disk:1"));
+        apply(&mut v, &mut pods, &p);
+        let pod_refs: Vec<&Pod> = pods.iter().collect();
+        assert!(!awaits_restart(&v, &pod_refs, &resolution("disk:1")));
+        assert_eq!(
+            awaits_restart(&v, &pod_refs, &resolution("disk:2")),
+            !live_reload,
+            "liveReload {live_reload}"
+        );
+        // Agrees with the plan's condition.
+        let p = run(&v, &pods, &resolution("disk:2"));
+        assert_eq!(
+            cond(&p, "ImagesCurrent").reason == "RestartRequired",
+            !live_reload
+        );
+    }
 }

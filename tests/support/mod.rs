@@ -107,37 +107,47 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use imagemap::api_requests::{ApiRequests, client_with_counter};
-use imagemap::operator::{self, Options, Progress};
+use imagemap::operator::{self, Observers, Options, Progress};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 /// An operator running in this test process, stopped (as if it crashed) when dropped.
 pub struct Operator {
     pub requests: ApiRequests,
     pub progress: Arc<Progress>,
+    pub observers: Observers,
     handle: tokio::task::JoinHandle<()>,
 }
 
 impl Operator {
+    fn new(
+        requests: ApiRequests,
+        observers: Observers,
+        handle: tokio::task::JoinHandle<()>,
+    ) -> Operator {
+        Operator {
+            requests,
+            progress: Arc::clone(&observers.progress),
+            observers,
+            handle,
+        }
+    }
+
     /// Starts an operator acting in `namespaces`.
     pub async fn start(namespaces: &[&str], options: Options) -> Operator {
         let config = kube::Config::infer().await.expect("KUBECONFIG");
         let (client, requests) = client_with_counter(config).expect("client");
-        let progress = Arc::new(Progress::default());
+        let observers = Observers::new(requests.clone());
         let options = Options {
             namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
             ..options
         };
-        let p = Arc::clone(&progress);
+        let o = observers.clone();
         let handle = tokio::spawn(async move {
-            if let Err(e) = operator::run_with(client, options, p, std::future::pending()).await {
+            if let Err(e) = operator::run_with(client, options, o, std::future::pending()).await {
                 panic!("operator stopped: {e:#}");
             }
         });
-        Operator {
-            requests,
-            progress,
-            handle,
-        }
+        Operator::new(requests, observers, handle)
     }
 }
 
@@ -146,23 +156,19 @@ impl Operator {
     /// while it holds the Lease of `election`.
     pub fn start_as(config: kube::Config, election: operator::LeaderElection) -> Operator {
         let (client, requests) = client_with_counter(config).expect("client");
-        let progress = Arc::new(Progress::default());
-        let p = Arc::clone(&progress);
+        let observers = Observers::new(requests.clone());
+        let o = observers.clone();
         let handle = tokio::spawn(async move {
             let _ = operator::run_elected(
                 client,
                 Options::default(),
-                p,
+                o,
                 election,
                 std::future::pending(),
             )
             .await;
         });
-        Operator {
-            requests,
-            progress,
-            handle,
-        }
+        Operator::new(requests, observers, handle)
     }
 
     /// Starts an operator that runs only while it holds the Lease of `election`;
@@ -173,29 +179,22 @@ impl Operator {
     ) -> (Operator, tokio::sync::oneshot::Sender<()>) {
         let config = kube::Config::infer().await.expect("KUBECONFIG");
         let (client, requests) = client_with_counter(config).expect("client");
-        let progress = Arc::new(Progress::default());
+        let observers = Observers::new(requests.clone());
         let options = Options {
             namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
             ..Options::default()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let p = Arc::clone(&progress);
+        let o = observers.clone();
         let handle = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            if let Err(e) = operator::run_elected(client, options, p, election, shutdown).await {
+            if let Err(e) = operator::run_elected(client, options, o, election, shutdown).await {
                 panic!("operator stopped: {e:#}");
             }
         });
-        (
-            Operator {
-                requests,
-                progress,
-                handle,
-            },
-            stop,
-        )
+        (Operator::new(requests, observers, handle), stop)
     }
 
     /// Stops the operator as if it crashed.

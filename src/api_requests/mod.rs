@@ -1,0 +1,140 @@
+//! Counting the API requests a kube [`Client`] makes, by verb, resource and HTTP status code.
+//!
+//! [`client_with_counter`] builds a client equal to `Client::try_from(config)` with an
+//! [`ApiRequestsLayer`] on top of its stack; the returned [`ApiRequests`] handle reads the
+//! counts. Verbs and resources follow the Kubernetes audit vocabulary (`list`, `watch`, `get`,
+//! `create`, `update`, `patch`, `delete`, `deletecollection`; `pods`, `virtualmachines/status`)
+//! so that they line up with the API server's own `apiserver_request_total` metric. Object names
+//! and namespaces never appear in a key, so the number of keys stays small.
+//!
+//! A request is recorded once, when its response headers arrive (code `"200"`, `"404"`, ...), when
+//! the inner service fails (code `"error"`), or when the caller drops the request before either
+//! (code `"cancelled"`). A watch is therefore counted when its stream opens, not when it ends.
+//! The layer sits outside kube's own retry layer: a request that kube retried (429/503/504) is
+//! counted once, with the status of the last attempt.
+
+mod classify;
+mod layer;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::client::ClientBuilder;
+use kube::{Client, Config};
+
+pub use classify::classify;
+pub use layer::{ApiRequestsLayer, ApiRequestsService, ResponseFuture};
+
+/// The verbs that change state on the server.
+pub const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// The resource label of requests outside the resource API (discovery, `/version`, `/healthz`, ...).
+pub const OTHER_RESOURCE: &str = "other";
+
+/// What one counted request is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestKey {
+    /// The audit verb: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`; for requests outside the resource API the lower case HTTP method.
+    pub verb: &'static str,
+    /// The plural resource with its subresource, e.g. `pods`, `virtualmachines/status`;
+    /// [`OTHER_RESOURCE`] for requests outside the resource API.
+    pub resource: String,
+    /// The HTTP status code (`"200"`), `"error"` when no response came back, or `"cancelled"`
+    /// when the request was dropped before its response.
+    pub code: String,
+}
+
+impl RequestKey {
+    /// Whether the verb is one of [`WRITE_VERBS`].
+    pub fn is_write(&self) -> bool {
+        WRITE_VERBS.contains(&self.verb)
+    }
+}
+
+impl fmt::Display for RequestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.verb, self.resource, self.code)
+    }
+}
+
+/// Shared request counts; cheap to clone (all clones count into the same table).
+#[derive(Debug, Clone, Default)]
+pub struct ApiRequests {
+    counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
+}
+
+impl ApiRequests {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A tower layer that counts into this table, for `ClientBuilder::with_layer`.
+    pub fn layer(&self) -> ApiRequestsLayer {
+        ApiRequestsLayer {
+            requests: self.clone(),
+        }
+    }
+
+    /// A copy of all counts so far.
+    pub fn snapshot(&self) -> BTreeMap<RequestKey, u64> {
+        self.lock().clone()
+    }
+
+    /// The number of requests so far whose key matches `pred`.
+    pub fn count(&self, pred: impl Fn(&RequestKey) -> bool) -> u64 {
+        self.lock()
+            .iter()
+            .filter(|(key, _)| pred(key))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The number of write requests ([`WRITE_VERBS`]) so far, whatever their outcome.
+    pub fn writes(&self) -> u64 {
+        self.count(RequestKey::is_write)
+    }
+
+    /// The number of requests so far.
+    pub fn total(&self) -> u64 {
+        self.count(|_| true)
+    }
+
+    /// Forgets all counts so far.
+    pub fn reset(&self) {
+        self.lock().clear();
+    }
+
+    fn record(&self, verb: &'static str, resource: String, code: String) {
+        *self
+            .lock()
+            .entry(RequestKey {
+                verb,
+                resource,
+                code,
+            })
+            .or_insert(0) += 1;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<RequestKey, u64>> {
+        // Nothing panics while holding the lock, and the counts stay consistent if it did.
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Builds a client like `Client::try_from(config)` (same connector, TLS, auth, retry and
+/// tracing stack) that also counts its requests into the returned [`ApiRequests`].
+///
+/// Like `Client::try_from`, it must be called within a Tokio runtime.
+pub fn client_with_counter(config: Config) -> Result<(Client, ApiRequests), kube::Error> {
+    let requests = ApiRequests::new();
+    let client = ClientBuilder::try_from(config)?
+        .with_layer(&requests.layer())
+        .build();
+    Ok((client, requests))
+}
+
+#[cfg(test)]
+mod tests;

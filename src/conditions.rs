@@ -1,0 +1,144 @@
+//! Condition types and reasons of every imagemap resource, and the one way conditions are
+//! built: `lastTransitionTime` kept while the status stays, `observedGeneration` always set.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// Condition types.
+pub mod kind {
+    /// VirtualMachine: the runner pod runs. Mappings: every rule is valid and in no conflict.
+    pub const READY: &str = "Ready";
+    /// VirtualMachine: every image slot resolved to a reference.
+    pub const IMAGES_RESOLVED: &str = "ImagesResolved";
+    /// VirtualMachine: the pod runs the images its slots resolve to now.
+    pub const IMAGES_CURRENT: &str = "ImagesCurrent";
+}
+
+/// Condition reasons.
+pub mod reason {
+    // VirtualMachine `Ready`: `Running`, else the phase (`Pending`, `Succeeded`, `Failed`).
+    pub const RUNNING: &str = "Running";
+    // VirtualMachine `ImagesResolved`.
+    pub const RESOLVED: &str = "Resolved";
+    pub const INVALID_REWRITE: &str = "InvalidRewrite";
+    // VirtualMachine `ImagesResolved` and mapping `Ready`.
+    pub const DISALLOWED_TARGET: &str = "DisallowedTarget";
+    pub const CONFLICT: &str = "Conflict";
+    // VirtualMachine `ImagesCurrent`.
+    pub const UP_TO_DATE: &str = "UpToDate";
+    pub const RESTART_REQUIRED: &str = "RestartRequired";
+    pub const NO_POD: &str = "NoPod";
+    pub const IMAGES_UNRESOLVED: &str = "ImagesUnresolved";
+    // Mapping `Ready`.
+    pub const RULES_VALID: &str = "RulesValid";
+    pub const DRY_RUN: &str = "DryRun";
+    pub const INVALID_RULE: &str = "InvalidRule";
+}
+
+/// The status of a condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Now, in whole seconds: what the API server stores, so that a cached status and a
+/// computed one compare equal.
+#[must_use]
+pub fn now() -> Time {
+    let secs = Timestamp::now().as_second();
+    Time(Timestamp::from_second(secs).unwrap_or_else(|_| Timestamp::now()))
+}
+
+/// Builds the conditions of one object's status from its previous ones.
+#[derive(Debug, Clone, Copy)]
+pub struct Conditions<'a> {
+    previous: &'a [Condition],
+    observed_generation: Option<i64>,
+    now: &'a Time,
+}
+
+impl<'a> Conditions<'a> {
+    #[must_use]
+    pub fn new(previous: &'a [Condition], observed_generation: Option<i64>, now: &'a Time) -> Self {
+        Conditions {
+            previous,
+            observed_generation,
+            now,
+        }
+    }
+
+    /// A condition, keeping the previous `lastTransitionTime` when its status did not change.
+    #[must_use]
+    pub fn build(&self, type_: &str, status: Status, reason: &str, message: String) -> Condition {
+        let status = status.as_str();
+        let last_transition_time = self
+            .previous
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map_or_else(|| self.now.clone(), |c| c.last_transition_time.clone());
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: self.observed_generation,
+            last_transition_time,
+        }
+    }
+}
+
+/// The condition of `type_` in `conditions`.
+#[must_use]
+pub fn find<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_when_the_status_changes() {
+        let t0 = Time(Timestamp::from_second(1_800_000_000).unwrap());
+        let t1 = Time(Timestamp::from_second(1_800_000_100).unwrap());
+        let first = Conditions::new(&[], Some(1), &t0).build(
+            kind::READY,
+            Status::False,
+            "Pending",
+            String::new(),
+        );
+        let previous = [first];
+        let same = Conditions::new(&previous, Some(2), &t1).build(
+            kind::READY,
+            Status::False,
+            "Failed",
+            "x".into(),
+        );
+        assert_eq!(same.last_transition_time, t0);
+        assert_eq!(same.observed_generation, Some(2));
+        let flipped = Conditions::new(&previous, Some(2), &t1).build(
+            kind::READY,
+            Status::True,
+            reason::RUNNING,
+            String::new(),
+        );
+        assert_eq!(flipped.last_transition_time, t1);
+        assert_eq!(
+            find(&previous, kind::READY).map(|c| c.reason.as_str()),
+            Some("Pending")
+        );
+    }
+}

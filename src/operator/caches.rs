@@ -1,0 +1,181 @@
+//! The watch caches every task reads, and the views computed from them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::watch;
+
+use super::Options;
+use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::rules::MappingInput;
+use crate::runner_pod::VM_LABEL;
+use crate::vm_images::{self, VmView};
+
+/// Whether a cache has listed once: marked by its watch stream at the first `InitDone`,
+/// after the store took the list. Any number of tasks may wait on it (kube's
+/// `Store::wait_until_ready` wakes only the last of several waiters).
+#[derive(Debug, Clone, Default)]
+pub struct Listed(Arc<watch::Sender<bool>>);
+
+impl Listed {
+    /// The cache has listed.
+    pub fn mark(&self) {
+        self.0
+            .send_if_modified(|listed| !std::mem::replace(listed, true));
+    }
+
+    /// Whether the cache has listed.
+    #[must_use]
+    pub fn is_listed(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits until the cache has listed.
+    pub async fn wait(&self) {
+        // The sender lives in `self`: the channel cannot close while this waits.
+        let _ = self.0.subscribe().wait_for(|listed| *listed).await;
+    }
+}
+
+/// Which caches have listed.
+#[derive(Debug, Clone, Default)]
+pub struct CachesListed {
+    pub vms: Listed,
+    pub pods: Listed,
+    pub mappings: Listed,
+    pub cluster_mappings: Listed,
+    pub namespaces: Listed,
+}
+
+/// The reflector stores of the operator.
+#[derive(Clone)]
+pub struct Caches {
+    pub vms: Store<VirtualMachine>,
+    pub pods: Store<Pod>,
+    pub mappings: Store<ImageMapping>,
+    pub cluster_mappings: Store<ClusterImageMapping>,
+    pub namespaces: Store<Namespace>,
+    pub listed: CachesListed,
+}
+
+impl Caches {
+    /// Labels of a namespace as `namespaceSelector`s see them.
+    #[must_use]
+    pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        let ns = self.namespaces.get(&ObjectRef::new(namespace));
+        vm_images::namespace_labels(
+            namespace,
+            ns.as_deref()
+                .map(|n| n.labels())
+                .unwrap_or(&BTreeMap::new()),
+        )
+    }
+
+    /// The cached pods of a VM: labelled with its name and controlled by it.
+    #[must_use]
+    pub fn pods_of(&self, vm: &VirtualMachine) -> Vec<Arc<Pod>> {
+        let (ns, name, uid) = (vm.namespace(), vm.name_any(), vm.uid());
+        self.pods
+            .state()
+            .into_iter()
+            .filter(|p| {
+                p.namespace() == ns
+                    && p.labels().get(VM_LABEL) == Some(&name)
+                    && p.owner_references()
+                        .iter()
+                        .any(|o| Some(&o.uid) == uid.as_ref())
+            })
+            .collect()
+    }
+
+    /// The cached mappings in force for the operator's namespaces, as the engine takes them.
+    #[must_use]
+    pub fn mapping_inputs(&self, options: &Options) -> Vec<MappingInput> {
+        self.mappings
+            .state()
+            .iter()
+            .filter(|m| options.acts_in(&m.namespace().unwrap_or_default()))
+            .map(|m| MappingInput::from(m.as_ref()))
+            .chain(
+                self.cluster_mappings
+                    .state()
+                    .iter()
+                    .map(|m| MappingInput::from(m.as_ref())),
+            )
+            .collect()
+    }
+
+    /// The cached VMs the operator acts on, with their namespaces' labels.
+    #[must_use]
+    pub fn vms_in_scope(&self, options: &Options) -> VmsInScope {
+        let vms: Vec<Arc<VirtualMachine>> = self
+            .vms
+            .state()
+            .into_iter()
+            .filter(|vm| options.acts_in(&vm.namespace().unwrap_or_default()))
+            .collect();
+        let labels = vms
+            .iter()
+            .filter_map(|vm| vm.namespace())
+            .map(|ns| {
+                let l = self.namespace_labels(&ns);
+                (ns, l)
+            })
+            .collect();
+        VmsInScope {
+            vms,
+            labels,
+            none: BTreeMap::new(),
+        }
+    }
+}
+
+/// The VMs the operator acts on, with their namespaces' labels.
+pub struct VmsInScope {
+    pub vms: Vec<Arc<VirtualMachine>>,
+    labels: BTreeMap<String, BTreeMap<String, String>>,
+    none: BTreeMap<String, String>,
+}
+
+impl VmsInScope {
+    /// Each VM with the labels of its namespace.
+    #[must_use]
+    pub fn views(&self) -> Vec<VmView<'_>> {
+        self.vms
+            .iter()
+            .map(|vm| VmView {
+                vm: vm.as_ref(),
+                namespace_labels: vm
+                    .namespace()
+                    .and_then(|ns| self.labels.get(&ns))
+                    .unwrap_or(&self.none),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Listed;
+
+    #[tokio::test]
+    async fn every_waiter_wakes_when_a_cache_has_listed() {
+        let listed = Listed::default();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let l = listed.clone();
+                tokio::spawn(async move { l.wait().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert!(!listed.is_listed());
+        listed.mark();
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert!(listed.is_listed());
+    }
+}

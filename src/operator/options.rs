@@ -1,0 +1,51 @@
+//! Operator settings (the `imagemap run` flags).
+
+use crate::rules::CompileOptions;
+use crate::vm_images;
+
+/// Operator settings (the `imagemap run` flags).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Runner image of VMs that name none.
+    pub default_runner_image: String,
+    /// Namespaces to act in; empty: all.
+    pub namespaces: Vec<String>,
+    /// Registries rewrites may point to; `None`: any.
+    pub allowed_registries: Option<Vec<String>>,
+    /// Most liveReload pod recreations per minute, over all VMs; 0: no limit.
+    pub max_recreates_per_minute: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            default_runner_image: vm_images::DEFAULT_RUNNER_IMAGE.into(),
+            namespaces: Vec::new(),
+            allowed_registries: None,
+            max_recreates_per_minute: 0,
+        }
+    }
+}
+
+impl Options {
+    /// Whether the operator acts in `namespace`.
+    #[must_use]
+    pub fn acts_in(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// Whether the operator acts in every namespace (and so writes ClusterImageMapping
+    /// statuses, which count VMs of every namespace).
+    #[must_use]
+    pub fn cluster_wide(&self) -> bool {
+        self.namespaces.is_empty()
+    }
+
+    /// How mappings are compiled.
+    #[must_use]
+    pub fn compile_options(&self) -> CompileOptions {
+        CompileOptions {
+            allowed_registries: self.allowed_registries.clone(),
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The runner pod cache: every event of a runner pod asks for a reconcile of the VM that
+//! controls it.
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+
+use super::trigger::Trigger;
+use crate::api::{GROUP, VirtualMachine};
+
+/// The VM whose controller owner reference `pod` carries.
+#[must_use]
+pub fn owner_vm(pod: &Pod) -> Option<ObjectRef<VirtualMachine>> {
+    let owner = pod.owner_references().iter().find(|o| {
+        o.controller == Some(true)
+            && o.kind == "VirtualMachine"
+            && o.api_version.split('/').next() == Some(GROUP)
+    })?;
+    let vm = ObjectRef::new(&owner.name);
+    Some(match pod.namespace() {
+        Some(ns) => vm.within(&ns),
+        None => vm,
+    })
+}
+
+/// Runs until `pods` (the reflected pod watch) ends.
+pub async fn run(pods: impl Stream<Item = Result<Pod, watcher::Error>>, trigger: Trigger) {
+    let mut pods = std::pin::pin!(pods);
+    while let Some(event) = pods.next().await {
+        // Errors are retried by the watcher's backoff and reported to the liveness probe.
+        if let Ok(pod) = event
+            && let Some(vm) = owner_vm(&pod)
+        {
+            trigger.reconcile(vm);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn pod(owner: OwnerReference) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some("dev".into());
+        p.metadata.owner_references = Some(vec![owner]);
+        p
+    }
+
+    #[test]
+    fn only_a_controlling_virtual_machine_owns_a_pod() {
+        let owner = OwnerReference {
+            api_version: "imagemap.dev/v1alpha1".into(),
+            kind: "VirtualMachine".into(),
+            name: "vm".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(
+            owner_vm(&pod(owner.clone())),
+            Some(ObjectRef::new("vm").within("dev"))
+        );
+        let not_controller = OwnerReference {
+            controller: None,
+            ..owner.clone()
+        };
+        assert_eq!(owner_vm(&pod(not_controller)), None);
+        let other_group = OwnerReference {
+            api_version: "neonvm.io/v1".into(),
+            ..owner
+        };
+        assert_eq!(owner_vm(&pod(other_group)), None);
+    }
+}

@@ -1,0 +1,138 @@
+//! Mapping and namespace changes: recompile the rules and ask for a reconcile of exactly
+//! the VMs whose images resolve differently — which also covers mappings deleted or
+//! changed while a watch was down.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+use super::Context;
+use super::trigger::Trigger;
+use crate::rule_change;
+
+/// What a mapping or namespace watch event means for the VMs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A mapping changed (or a watch re-listed): recompile.
+    Rules,
+    /// A namespace's labels may have changed: its VMs re-resolve.
+    Namespace(String),
+}
+
+/// What a burst of changes amounts to.
+#[derive(Debug, Default)]
+struct Burst {
+    rules: bool,
+    namespaces: BTreeSet<String>,
+}
+
+impl Burst {
+    fn add(&mut self, change: Change) {
+        match change {
+            Change::Rules => self.rules = true,
+            Change::Namespace(ns) => {
+                self.namespaces.insert(ns);
+            }
+        }
+    }
+}
+
+/// Runs until `changes` ends. Once every mapping and namespace store has listed, compiles
+/// the rules and sends `ready`; from then on each burst of changes is handled at once.
+pub async fn run(
+    ctx: Arc<Context>,
+    mut changes: BoxStream<'static, Change>,
+    trigger: Trigger,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    // The stores fill as `changes` is polled: poll it until all have listed.
+    let listed = ctx.caches.listed.clone();
+    let all_listed = futures::future::join3(
+        listed.mappings.wait(),
+        listed.cluster_mappings.wait(),
+        listed.namespaces.wait(),
+    );
+    tokio::pin!(all_listed);
+    loop {
+        tokio::select! {
+            _ = &mut all_listed => break,
+            change = changes.next() => {
+                if change.is_none() {
+                    return;
+                }
+            }
+        }
+    }
+    ctx.recompile();
+    ctx.mapping_status_due.notify_one();
+    let _ = ready.send(());
+
+    while let Some(first) = changes.next().await {
+        let mut burst = Burst::default();
+        burst.add(first);
+        while let Some(Some(change)) = changes.next().now_or_never() {
+            burst.add(change);
+        }
+        if burst.rules {
+            apply_rule_change(&ctx, &trigger);
+        }
+        for ns in &burst.namespaces {
+            apply_namespace_change(&ctx, ns, &trigger);
+        }
+    }
+}
+
+/// Recompiles the rules from the caches and asks for a reconcile of every VM whose images
+/// resolve differently under the new rules than under the last compiled ones.
+fn apply_rule_change(ctx: &Context, trigger: &Trigger) {
+    let change = ctx.recompile();
+    let scope = ctx.caches.vms_in_scope(&ctx.options);
+    let affected = rule_change::affected_vms(
+        &change.old,
+        &change.new,
+        scope.views(),
+        &ctx.options.default_runner_image,
+    );
+    tracing::debug!(
+        affected = affected.len(),
+        rules = change.new.len(),
+        "rules recompiled"
+    );
+    for vm in affected {
+        trigger.reconcile(ObjectRef::from_obj(vm));
+    }
+    ctx.mapping_status_due.notify_one();
+}
+
+/// Asks for a reconcile of every VM of a namespace (its labels changed).
+fn apply_namespace_change(ctx: &Context, namespace: &str, trigger: &Trigger) {
+    for vm in ctx.caches.vms.state() {
+        if vm.namespace().as_deref() == Some(namespace) {
+            trigger.reconcile(ObjectRef::from_obj(vm.as_ref()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_one_recompile_and_each_namespace_once() {
+        let mut burst = Burst::default();
+        for change in [
+            Change::Namespace("a".into()),
+            Change::Rules,
+            Change::Namespace("a".into()),
+            Change::Rules,
+        ] {
+            burst.add(change);
+        }
+        assert!(burst.rules);
+        assert_eq!(burst.namespaces.into_iter().collect::<Vec<_>>(), ["a"]);
+    }
+}

@@ -1,0 +1,97 @@
+//! Every write the operator makes: status by server-side apply with one field manager
+//! (skipped when nothing changed), and runner pod creates and deletes.
+
+use std::fmt::Debug;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// The field manager of every write this operator makes.
+pub const FIELD_MANAGER: &str = "imagemap.dev/operator";
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The object changed.
+    Changed,
+    /// Nothing to write: the object already held it (or already had it done).
+    Unchanged,
+    /// The object is gone.
+    Gone,
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// Server-side applies `status` to the status subresource of `name`, unless `current` (the
+/// cached status) already equals it.
+pub async fn apply_status<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: Option<&S>,
+    status: &S,
+) -> Result<Written, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    S: Serialize + PartialEq,
+{
+    if current == Some(status) {
+        return Ok(Written::Unchanged);
+    }
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
+        Ok(_) => Ok(Written::Changed),
+        Err(e) if is_status(&e, 404) => Ok(Written::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates a pod; one that already exists (a reconcile that crashed after creating it:
+/// pod names are deterministic) is not an error.
+pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<Written, kube::Error> {
+    match api.create(&PostParams::default(), pod).await {
+        Ok(_) => Ok(Written::Changed),
+        Err(e) if is_status(&e, 409) => Ok(Written::Unchanged),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes a pod with a UID precondition: `Gone` when it is gone at once, `Changed` when it
+/// terminates first (the response still holds it), `Unchanged` when it was already gone or
+/// replaced by another pod of the same name.
+pub async fn delete_pod(api: &Api<Pod>, name: &str, uid: &str) -> Result<Written, kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(either) => Ok(if either.is_right() {
+            Written::Gone
+        } else {
+            Written::Changed
+        }),
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(Written::Unchanged),
+        Err(e) => Err(e),
+    }
+}
+
+/// The name of an object, for messages.
+pub fn name_of<K: ResourceExt>(obj: &K) -> String {
+    match obj.namespace() {
+        Some(ns) => format!("{ns}/{}", obj.name_any()),
+        None => obj.name_any(),
+    }
+}

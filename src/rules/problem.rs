@@ -1,0 +1,205 @@
+//! Problems found in mappings, typed from the engine to the status: which mapping, which
+//! rule, what is wrong. Formatted only where a message is written.
+
+use std::fmt;
+
+use super::mapping::{MappingKey, RuleRef};
+
+/// Why a rule or mapping is not (fully) usable: the reason of the mapping's condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProblemReason {
+    InvalidRule,
+    Conflict,
+    DisallowedTarget,
+}
+
+impl ProblemReason {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProblemReason::InvalidRule => crate::conditions::reason::INVALID_RULE,
+            ProblemReason::Conflict => crate::conditions::reason::CONFLICT,
+            ProblemReason::DisallowedTarget => crate::conditions::reason::DISALLOWED_TARGET,
+        }
+    }
+}
+
+/// What exactly is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProblemDetail {
+    /// A selector of the mapping does not parse; none of its rules apply.
+    InvalidSelector { field: &'static str, error: String },
+    /// The mapping has more rules than allowed; the rest are ignored.
+    TooManyRules { count: usize, max: usize },
+    /// The rule's `match`, `to`, `tag` or `digest` is invalid; the text says what to write.
+    InvalidRule(String),
+    /// The rule rewrites to a registry outside the operator's allowed registries.
+    DisallowedTarget { registry: String },
+    /// Another rule has the same match, priority and selectors but a different result: they
+    /// conflict for every VM either applies to.
+    SameMatch { other: RuleRef },
+    /// Another rule tied with this one for an image of a VM and gave a different result.
+    TiedOnVm {
+        other: RuleRef,
+        /// Whether this rule is the one used.
+        this_wins: bool,
+        /// `namespace/name` of the first VM (in name order) where the tie was seen.
+        vm: String,
+        slot: String,
+    },
+}
+
+impl ProblemDetail {
+    #[must_use]
+    pub fn reason(&self) -> ProblemReason {
+        match self {
+            ProblemDetail::InvalidSelector { .. }
+            | ProblemDetail::TooManyRules { .. }
+            | ProblemDetail::InvalidRule(_) => ProblemReason::InvalidRule,
+            ProblemDetail::DisallowedTarget { .. } => ProblemReason::DisallowedTarget,
+            ProblemDetail::SameMatch { .. } | ProblemDetail::TiedOnVm { .. } => {
+                ProblemReason::Conflict
+            }
+        }
+    }
+
+    /// The other rule of a conflict.
+    #[must_use]
+    pub fn conflicting_rule(&self) -> Option<&RuleRef> {
+        match self {
+            ProblemDetail::SameMatch { other } | ProblemDetail::TiedOnVm { other, .. } => {
+                Some(other)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ProblemDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProblemDetail::InvalidSelector { field, error } => {
+                write!(f, "spec.{field} is not a valid label selector: {error}")
+            }
+            ProblemDetail::TooManyRules { count, max } => write!(
+                f,
+                "spec.rules has {count} rules; at most {max} are allowed, the rest are ignored"
+            ),
+            ProblemDetail::InvalidRule(text) => f.write_str(text),
+            ProblemDetail::DisallowedTarget { registry } => write!(
+                f,
+                "rewrites to registry {registry}, which is not in the operator's allowed registries"
+            ),
+            ProblemDetail::SameMatch { other } => write!(
+                f,
+                "conflicts with {other}: same match and priority, different result"
+            ),
+            ProblemDetail::TiedOnVm {
+                other,
+                this_wins,
+                vm,
+                slot,
+            } => {
+                write!(
+                    f,
+                    "conflicts with {other} for {slot} of VirtualMachine {vm}"
+                )?;
+                if !this_wins {
+                    f.write_str(" (that rule wins)")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A problem of one mapping: of one of its rules, or (`rule: None`) of the whole mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleProblem {
+    pub mapping: MappingKey,
+    pub rule: Option<usize>,
+    pub detail: ProblemDetail,
+}
+
+impl RuleProblem {
+    #[must_use]
+    pub fn reason(&self) -> ProblemReason {
+        self.detail.reason()
+    }
+
+    /// Whether the problem concerns rule `index` (mapping-wide problems concern every rule).
+    #[must_use]
+    pub fn concerns(&self, index: usize) -> bool {
+        self.rule.is_none_or(|r| r == index)
+    }
+
+    /// The order problems are reported in: by reason, then rule, then detail.
+    #[must_use]
+    pub fn report_order(&self) -> (ProblemReason, Option<usize>, &ProblemDetail) {
+        (self.reason(), self.rule, &self.detail)
+    }
+}
+
+/// The message as a status or a terminal shows it: "rule 3: …", "rule 0 conflicts with …",
+/// or the mapping-wide text.
+impl fmt::Display for RuleProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.rule, self.detail.reason()) {
+            (None, _) => write!(f, "{}", self.detail),
+            (Some(i), ProblemReason::Conflict) => write!(f, "rule {i} {}", self.detail),
+            (Some(i), _) => write!(f, "rule {i}: {}", self.detail),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{MatchKind, Scope};
+
+    fn key(name: &str) -> MappingKey {
+        MappingKey {
+            scope: Scope::Namespaced,
+            namespace: Some("dev".into()),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn messages_name_the_rule_once() {
+        let other = RuleRef {
+            mapping: key("beta"),
+            index: 2,
+            kind: MatchKind::Repository,
+        };
+        let same = RuleProblem {
+            mapping: key("alpha"),
+            rule: Some(0),
+            detail: ProblemDetail::SameMatch { other },
+        };
+        assert_eq!(
+            same.to_string(),
+            "rule 0 conflicts with ImageMapping dev/beta rule 2: same match and priority, different result"
+        );
+        assert_eq!(same.reason(), ProblemReason::Conflict);
+        let invalid = RuleProblem {
+            mapping: key("alpha"),
+            rule: Some(3),
+            detail: ProblemDetail::InvalidRule("regex \"(\" is not a valid RE2 pattern".into()),
+        };
+        assert_eq!(
+            invalid.to_string(),
+            "rule 3: regex \"(\" is not a valid RE2 pattern"
+        );
+        let whole = RuleProblem {
+            mapping: key("alpha"),
+            rule: None,
+            detail: ProblemDetail::TooManyRules {
+                count: 300,
+                max: 256,
+            },
+        };
+        assert!(whole.concerns(7) && invalid.concerns(3) && !invalid.concerns(0));
+        assert!(whole.to_string().starts_with("spec.rules has 300 rules"));
+    }
+}

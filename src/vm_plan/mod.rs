@@ -1,0 +1,129 @@
+//! What to do for one VirtualMachine, decided from what is observed: its spec and status,
+//! its live pods and its resolved images. Pure; the reconciler applies the plan.
+//!
+//! Crash safety: the plan's status is written before its pod actions run, pod names are
+//! derived from (VM uid, restart count, images hash), and the live pods decide — a pod of an
+//! older restart count is stale and deleted, a second pod is never created while another one
+//! is live or terminating.
+//!
+//! The plan is three steps, each its own module: [`pod_decision`] (which pods to create,
+//! replace or delete), [`conditions`] (the VM's conditions) and [`events`] (what a user must
+//! see).
+
+pub mod conditions;
+pub mod events;
+pub mod pod_decision;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use crate::api::{VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::vm_images::VmResolution;
+
+use pod_decision::PodImages;
+
+/// What the reconciler observed.
+pub struct Observation<'a> {
+    pub vm: &'a VirtualMachine,
+    /// Pods labelled and owned as this VM's, from the watch cache (terminating ones too).
+    pub pods: Vec<&'a Pod>,
+    pub resolution: &'a VmResolution,
+    /// A pod this operator created that the cache has not shown yet.
+    pub expected_pod: Option<&'a str>,
+    pub now: Time,
+}
+
+/// A change to a pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodAction {
+    Create(Box<Pod>),
+    /// Delete with a UID precondition.
+    Delete {
+        name: String,
+        uid: String,
+    },
+    /// liveReload: delete the old pod (UID precondition), then create the new one as soon as
+    /// the old one is gone — in the same pass when its deletion is immediate.
+    Replace {
+        name: String,
+        uid: String,
+        new: Box<Pod>,
+    },
+}
+
+/// Something a user must see, recorded as an Event on the VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmEvent {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The plan for one reconcile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The status to hold; written (when it differs) before the actions run.
+    pub status: VirtualMachineStatus,
+    pub actions: Vec<PodAction>,
+    pub events: Vec<VmEvent>,
+    /// Waiting for the cache to show a created pod or a deletion to finish.
+    pub waiting: bool,
+}
+
+/// Decides the status, pod actions and Events for one VM.
+#[must_use]
+pub fn plan(obs: &Observation<'_>) -> Plan {
+    let vm = obs.vm;
+    let prev = vm.status.clone().unwrap_or_default();
+    // The caches are behind this operator's own writes: decide once they show the pod.
+    if let Some(expected) = obs.expected_pod
+        && !obs.pods.iter().any(|p| p.name_any() == expected)
+    {
+        return Plan {
+            status: prev,
+            actions: Vec::new(),
+            events: Vec::new(),
+            waiting: true,
+        };
+    }
+    let images = obs.resolution.images();
+    let pods = pod_decision::decide(vm, &prev, &obs.pods, &images);
+    let conditions = conditions::conditions(
+        &prev.conditions,
+        vm.metadata.generation,
+        &obs.now,
+        pods.phase.unwrap_or(VmPhase::Pending),
+        obs.resolution,
+        &pods.images,
+    );
+    let events = events::events(&pods.transitions, &prev.conditions, &conditions);
+    Plan {
+        status: VirtualMachineStatus {
+            phase: pods.phase,
+            pod_name: pods.pod_name,
+            restart_count: pods.restart_count,
+            observed_generation: vm.metadata.generation,
+            resolved_images: images,
+            conditions,
+        },
+        actions: pods.actions,
+        events,
+        waiting: pods.waiting,
+    }
+}
+
+/// Whether the VM's pod runs older images and waits for a restart because liveReload is
+/// off: what step 1 decides for the VM, its pods and its live resolution.
+#[must_use]
+pub fn awaits_restart(vm: &VirtualMachine, pods: &[&Pod], resolution: &VmResolution) -> bool {
+    let prev = vm.status.clone().unwrap_or_default();
+    let images = resolution.images();
+    matches!(
+        pod_decision::decide(vm, &prev, pods, &images).images,
+        PodImages::RestartRequired(_)
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! Step 1 of the plan: what happens to the VM's pods — which to create, replace or
+//! delete, and the phase, pod name and restart count that follow.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::api::{ResolvedImage, RestartPolicy, VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::runner_pod::{self, pod_images, pod_images_hash, pod_phase, pod_restart_count};
+
+use super::PodAction;
+
+/// One slot whose image differs between the live pod and the resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageChange {
+    pub slot: String,
+    /// What the pod runs; `None`: the pod has no such slot.
+    pub from: Option<String>,
+    /// What the slot resolves to now; `None`: the slot is gone.
+    pub to: Option<String>,
+}
+
+/// The slots whose images differ, in slot order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageChanges(pub Vec<ImageChange>);
+
+impl ImageChanges {
+    fn between(pod: &Pod, images: &[ResolvedImage]) -> ImageChanges {
+        let running = pod_images(pod);
+        let mut changes = Vec::new();
+        for img in images {
+            let to = img.resolved.as_deref();
+            match running.get(&img.slot) {
+                Some(old) if Some(old.as_str()) == to => {}
+                from => changes.push(ImageChange {
+                    slot: img.slot.clone(),
+                    from: from.cloned(),
+                    to: to.map(str::to_string),
+                }),
+            }
+        }
+        for (slot, old) in &running {
+            if !images.iter().any(|i| &i.slot == slot) {
+                changes.push(ImageChange {
+                    slot: slot.clone(),
+                    from: Some(old.clone()),
+                    to: None,
+                });
+            }
+        }
+        ImageChanges(changes)
+    }
+}
+
+impl fmt::Display for ImageChanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, c) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match (&c.from, &c.to) {
+                (_, None) => write!(f, "{}: removed", c.slot)?,
+                (Some(from), Some(to)) => write!(f, "{}: {from} → {to}", c.slot)?,
+                (None, Some(to)) => write!(f, "{}: (none) → {to}", c.slot)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Something that happened to the VM's pod, reported as a Normal Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodTransition {
+    /// A runner pod is created with these images.
+    Created {
+        pod: String,
+        images: Vec<ResolvedImage>,
+    },
+    /// liveReload: the pod is replaced for new images.
+    Recreating {
+        old: String,
+        new: String,
+        changes: ImageChanges,
+    },
+    /// The restart policy starts a new pod after `pod` finished (or, `None`, vanished).
+    Restarting {
+        pod: Option<String>,
+        phase: VmPhase,
+        policy: RestartPolicy,
+    },
+}
+
+/// Whether the pod runs the images the slots resolve to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodImages {
+    /// It does (or is being replaced by one that does).
+    Current,
+    /// It runs older images and liveReload is off.
+    RestartRequired(ImageChanges),
+    /// No pod runs, and none is started.
+    NoPod,
+}
+
+/// The outcome of step 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodDecision {
+    pub phase: Option<VmPhase>,
+    pub pod_name: Option<String>,
+    pub restart_count: i32,
+    pub actions: Vec<PodAction>,
+    pub transitions: Vec<PodTransition>,
+    /// Waiting for a deletion to finish before creating.
+    pub waiting: bool,
+    pub images: PodImages,
+}
+
+fn should_restart(policy: RestartPolicy, phase: VmPhase) -> bool {
+    match policy {
+        RestartPolicy::Always => matches!(phase, VmPhase::Succeeded | VmPhase::Failed),
+        RestartPolicy::OnFailure => phase == VmPhase::Failed,
+        RestartPolicy::Never => false,
+    }
+}
+
+fn delete(pod: &Pod) -> PodAction {
+    PodAction::Delete {
+        name: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+    }
+}
+
+/// Decides from the VM, its previous status, its pods and its resolved images.
+#[must_use]
+pub fn decide(
+    vm: &VirtualMachine,
+    prev: &VirtualMachineStatus,
+    pods: &[&Pod],
+    images: &[ResolvedImage],
+) -> PodDecision {
+    let restart_count = prev.restart_count;
+    let desired_hash = runner_pod::images_hash(images);
+    let policy = vm.spec.restart_policy;
+    let mut out = PodDecision {
+        phase: prev.phase,
+        pod_name: prev.pod_name.clone(),
+        restart_count,
+        actions: Vec::new(),
+        transitions: Vec::new(),
+        waiting: false,
+        images: PodImages::Current,
+    };
+
+    let (live, terminating): (Vec<&Pod>, Vec<&Pod>) = pods
+        .iter()
+        .copied()
+        .partition(|p| p.metadata.deletion_timestamp.is_none());
+    let (mut current, stale): (Vec<&Pod>, Vec<&Pod>) = live
+        .into_iter()
+        .partition(|p| pod_restart_count(p) == Some(restart_count));
+    // More than one pod of this restart count cannot come from this operator; keep the one
+    // with the wanted images (or the first by name) and delete the rest.
+    current.sort_by_key(|p| (pod_images_hash(p) != desired_hash.as_deref(), p.name_any()));
+    let extra = if current.len() > 1 {
+        current.split_off(1)
+    } else {
+        Vec::new()
+    };
+    out.actions
+        .extend(stale.iter().chain(&extra).map(|p| delete(p)));
+    let blocked = !terminating.is_empty() || !stale.is_empty() || !extra.is_empty();
+
+    // Creates the pod of a restart count (when the images resolve and nothing blocks it).
+    let create = |out: &mut PodDecision, count: i32| {
+        out.restart_count = count;
+        out.phase = Some(VmPhase::Pending);
+        let Some(pod) = runner_pod::build(vm, images, count) else {
+            return;
+        };
+        out.pod_name = Some(pod.name_any());
+        if blocked {
+            out.waiting = true;
+            return;
+        }
+        out.transitions.push(PodTransition::Created {
+            pod: pod.name_any(),
+            images: images.to_vec(),
+        });
+        out.actions.push(PodAction::Create(Box::new(pod)));
+    };
+
+    match current.first() {
+        Some(pod) => {
+            out.pod_name = Some(pod.name_any());
+            let phase = pod_phase(pod);
+            out.phase = Some(phase);
+            let finished = matches!(phase, VmPhase::Succeeded | VmPhase::Failed);
+            if finished && should_restart(policy, phase) && desired_hash.is_some() {
+                // The finished pod is deleted in this pass; creation waits for it.
+                out.actions.push(delete(pod));
+                out.transitions.push(PodTransition::Restarting {
+                    pod: Some(pod.name_any()),
+                    phase,
+                    policy,
+                });
+                out.restart_count = restart_count + 1;
+                out.phase = Some(VmPhase::Pending);
+                out.waiting = true;
+            } else if let Some(want) = desired_hash.as_deref()
+                && pod_images_hash(pod) != Some(want)
+                && !finished
+            {
+                // (A finished pod that is not replaced runs nothing: nothing to restart.)
+                let changes = ImageChanges::between(pod, images);
+                match runner_pod::build(vm, images, restart_count) {
+                    Some(new) if vm.spec.live_reload => {
+                        out.transitions.push(PodTransition::Recreating {
+                            old: pod.name_any(),
+                            new: new.name_any(),
+                            changes,
+                        });
+                        out.pod_name = Some(new.name_any());
+                        out.phase = Some(VmPhase::Pending);
+                        out.actions.push(PodAction::Replace {
+                            name: pod.name_any(),
+                            uid: pod.uid().unwrap_or_default(),
+                            new: Box::new(new),
+                        });
+                    }
+                    _ => out.images = PodImages::RestartRequired(changes),
+                }
+            }
+        }
+        None if !terminating.is_empty() => out.waiting = true,
+        None => {
+            let phase = match prev.phase {
+                // The pod of a running VM vanished.
+                Some(VmPhase::Running) => VmPhase::Failed,
+                Some(p) => p,
+                None => VmPhase::Pending,
+            };
+            out.phase = Some(phase);
+            if phase == VmPhase::Pending {
+                create(&mut out, restart_count);
+            } else if should_restart(policy, phase) {
+                out.transitions.push(PodTransition::Restarting {
+                    pod: None,
+                    phase,
+                    policy,
+                });
+                create(&mut out, restart_count + 1);
+            } else {
+                out.images = PodImages::NoPod;
+            }
+        }
+    }
+    // Unresolved images and no pod of this restart count: nothing can start yet.
+    if desired_hash.is_none() && current.is_empty() {
+        out.phase = Some(VmPhase::Pending);
+    }
+    out
+}
