@@ -123,21 +123,21 @@ fn bench(c: &mut Criterion) {
         group.throughput(criterion::Throughput::Elements(refs.len() as u64));
         let cases: [(&str, &Run); 4] = [
             ("index_find", &|r| {
-                drop(black_box(set.find(r, &who, Mode::Live)))
+                drop(black_box(set.find(r, &who, Mode::Live)));
             }),
             ("linear_find", &|r| {
-                drop(black_box(set.find_linear(r, &who, Mode::Live)))
+                drop(black_box(set.find_linear(r, &who, Mode::Live)));
             }),
             ("index_resolve", &|r| {
-                drop(black_box(set.resolve(r, &who, Mode::Live)))
+                drop(black_box(set.resolve(r, &who, Mode::Live)));
             }),
             ("linear_resolve", &|r| {
-                drop(black_box(set.resolve_linear(r, &who, Mode::Live)))
+                drop(black_box(set.resolve_linear(r, &who, Mode::Live)));
             }),
         ];
         for (name, run) in cases {
             group.bench_with_input(BenchmarkId::new(name, n), &refs, |b, refs| {
-                b.iter(|| refs.iter().for_each(|r| run(black_box(r))))
+                b.iter(|| refs.iter().for_each(|r| run(black_box(r))));
             });
         }
     }

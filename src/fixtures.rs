@@ -1,7 +1,16 @@
 //! Objects the unit tests of several modules build alike.
 
 use crate::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
-use crate::rules::{MappingInput, Scope};
+use crate::rules::{MappingInput, MappingKey, Scope};
+
+/// The key of ImageMapping `dev/<name>`.
+pub fn mapping_key(name: &str) -> MappingKey {
+    MappingKey {
+        scope: Scope::Namespaced,
+        namespace: Some("dev".into()),
+        name: name.into(),
+    }
+}
 
 /// An ImageMapping in `dev` with one rule: `repository: repo` → `to`.
 pub fn repository_mapping(name: &str, repo: &str, to: &str, dry_run: bool) -> MappingInput {

@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn reads_kinds_and_skips_others() {
         let mut m = Manifests::default();
-        let text = r#"
+        let text = r"
 apiVersion: imagemap.dev/v1alpha1
 kind: ImageMapping
 metadata: {name: a}
@@ -212,7 +212,7 @@ apiVersion: v1
 kind: Namespace
 metadata: {name: dev, labels: {team: x}}
 ---
-"#;
+";
         m.add_stream(Path::new("f.yaml"), text, "ns1").unwrap();
         assert_eq!(
             m.image_mappings[0].metadata.namespace.as_deref(),

@@ -241,17 +241,9 @@ pub fn mapping_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{repository_mapping as mapping, vm_with_disk as vm};
+    use crate::fixtures::{mapping_key as key, repository_mapping as mapping, vm_with_disk as vm};
     use crate::rules::CompileOptions;
     use k8s_openapi::jiff::Timestamp;
-
-    fn key(name: &str) -> MappingKey {
-        MappingKey {
-            scope: Scope::Namespaced,
-            namespace: Some("dev".into()),
-            name: name.into(),
-        }
-    }
 
     #[test]
     fn statuses_count_vms_and_report_conflicts_and_dry_runs() {

@@ -61,9 +61,12 @@ pub fn pod_name(vm: &VirtualMachine, restart_count: i32, images_hash: &str) -> S
     let uid = vm.uid().unwrap_or_default();
     let mut h = fnv1a(format!("{uid}/{restart_count}/{images_hash}").as_bytes());
     let mut suffix = String::new();
+    let base = ALPHABET.len() as u64;
     for _ in 0..5 {
-        suffix.push(char::from(ALPHABET[(h % ALPHABET.len() as u64) as usize]));
-        h /= ALPHABET.len() as u64;
+        // `h % base` is below ALPHABET.len(), so it fits any usize.
+        let digit = usize::try_from(h % base).unwrap_or_default();
+        suffix.push(char::from(ALPHABET[digit]));
+        h /= base;
     }
     let mut base = vm.name_any();
     base.truncate(63 - 6);
@@ -313,7 +316,7 @@ mod tests {
         assert_eq!(a, images_hash(&images("mirror.io/disk:1")).unwrap());
         // Pinned: the hash must not change between releases, or every pod would be recreated.
         assert_eq!(a, format!("{:016x}", fnv1a(b"rootDisk=mirror.io/disk:1\nkernel=docker.io/library/k:1\nextraInitContainers/setup=mirror.io/busybox\nrunner=docker.io/neondatabase/neonvm-runner:v1\n")));
-        assert_eq!(fnv1a(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         let b = images_hash(&images("mirror.io/disk:2")).unwrap();
         assert_ne!(a, b);
         let v = vm();

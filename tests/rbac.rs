@@ -2,6 +2,8 @@
 //! ServiceAccount (with a TokenRequest token) passes the main scenario, and removing any one
 //! of its rules makes the scenario fail. Run with `scripts/test`.
 
+// Each scenario reads top to bottom, as a user would go through it.
+#![allow(clippy::too_many_lines)]
 #![allow(clippy::unwrap_used)] // test code
 
 mod support;
@@ -18,7 +20,7 @@ use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
 };
 use kube::Client;
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
 
@@ -249,7 +251,9 @@ async fn scenario(
         p.len() == 1
             && pod_disk(&p).as_deref() == Some("mirror2.io/neon/vm-compute-node-v17:latest")
     });
-    let _ = clusters.delete(&cluster_name, &Default::default()).await;
+    let _ = clusters
+        .delete(&cluster_name, &DeleteParams::default())
+        .await;
     step("done", true)
 }
 

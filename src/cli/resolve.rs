@@ -1,6 +1,7 @@
 //! `imagemap resolve`: the mapping engine offline, over manifests and image references.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -127,11 +128,11 @@ impl Report {
                 manifests.namespaces.get(ns).unwrap_or(&BTreeMap::new()),
             )
         };
-        let no_labels = BTreeMap::new();
+        let unlabelled = BTreeMap::new();
         let request_ns_labels = ns_labels(&args.namespace);
         let who = Requester {
             namespace: &args.namespace,
-            labels: &no_labels,
+            labels: &unlabelled,
             namespace_labels: &request_ns_labels,
         };
         let images = args
@@ -308,7 +309,7 @@ fn describe(r: &RuleRef) -> String {
 fn rule_cell(rule: Option<&RuleRef>, conflicts: &[RuleRef]) -> String {
     let mut cell = rule.map_or_else(|| "-".to_string(), describe);
     if !conflicts.is_empty() {
-        cell.push_str(&format!(" [conflicts with {}]", conflicts.len()));
+        let _ = write!(cell, " [conflicts with {}]", conflicts.len());
     }
     cell
 }
@@ -327,7 +328,7 @@ fn render<const N: usize>(rows: &[[String; N]]) -> String {
             if i + 1 == N {
                 line.push_str(cell);
             } else {
-                line.push_str(&format!("{cell:<w$}   "));
+                let _ = write!(line, "{cell:<w$}   ");
             }
         }
         out.push_str(line.trim_end());

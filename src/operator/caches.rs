@@ -68,9 +68,7 @@ impl Caches {
         let ns = self.namespaces.get(&ObjectRef::new(namespace));
         vm_images::namespace_labels(
             namespace,
-            ns.as_deref()
-                .map(|n| n.labels())
-                .unwrap_or(&BTreeMap::new()),
+            ns.as_deref().map_or(&BTreeMap::new(), ResourceExt::labels),
         )
     }
 

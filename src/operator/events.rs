@@ -12,10 +12,10 @@ const NOTE_LIMIT: usize = 1024;
 
 /// `text` cut to at most `limit` bytes on a character boundary, with an ellipsis when cut.
 fn truncate_note(text: &str, limit: usize) -> String {
+    const ELLIPSIS: &str = "…";
     if text.len() <= limit {
         return text.to_string();
     }
-    const ELLIPSIS: &str = "…";
     let mut end = limit.saturating_sub(ELLIPSIS.len());
     while !text.is_char_boundary(end) {
         end -= 1;

@@ -18,9 +18,9 @@ use super::metrics::Metrics;
 
 /// A reconcile running longer than this, or work waiting this long without a reconcile
 /// starting, means the VM controller is wedged: the operator is not live.
-pub const PROGRESS_LIMIT: Duration = Duration::from_secs(300);
+pub const PROGRESS_LIMIT: Duration = Duration::from_mins(5);
 /// Watches failing without a success for this long make the operator not live.
-pub const WATCH_FAILURE_LIMIT: Duration = Duration::from_secs(300);
+pub const WATCH_FAILURE_LIMIT: Duration = Duration::from_mins(5);
 
 /// What the probes read. Times are seconds since start (0: never).
 #[derive(Debug)]

@@ -30,6 +30,7 @@ mod writes;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::runtime::controller::Controller;
@@ -101,6 +102,99 @@ pub async fn run(client: Client, options: Options) -> anyhow::Result<()> {
     run_with(client, options, observers, std::future::pending()).await
 }
 
+/// The operator's watches: the caches they fill, and the event streams of its tasks.
+struct Watches {
+    caches: Caches,
+    /// Mapping and namespace events, for the rules watcher.
+    changes: BoxStream<'static, Change>,
+    /// Runner pod events, for the pod watcher.
+    pods: BoxStream<'static, Result<Pod, watcher::Error>>,
+    /// VirtualMachine events, for the VM controller.
+    vms: BoxStream<'static, Result<VirtualMachine, watcher::Error>>,
+}
+
+impl Watches {
+    fn new(client: &Client, health: &Arc<Health>) -> Watches {
+        let all = watcher::Config::default;
+        let (mappings, mapping_writer) = reflector::store::<ImageMapping>();
+        let (cluster_mappings, cluster_writer) = reflector::store::<ClusterImageMapping>();
+        let (namespaces, ns_writer) = reflector::store::<Namespace>();
+        let (pods, pod_writer) = reflector::store::<Pod>();
+        let (vms, vm_writer) = reflector::store::<VirtualMachine>();
+        let listed = CachesListed::default();
+        let api = || client.clone();
+        let changes = stream::select_all([
+            reflected(
+                Api::all(api()),
+                all(),
+                mapping_writer,
+                &listed.mappings,
+                health,
+            )
+            .touched_objects()
+            .map(|_| Change::Rules)
+            .boxed(),
+            reflected(
+                Api::all(api()),
+                all(),
+                cluster_writer,
+                &listed.cluster_mappings,
+                health,
+            )
+            .touched_objects()
+            .map(|_| Change::Rules)
+            .boxed(),
+            reflected(
+                Api::<Namespace>::all(api()),
+                all(),
+                ns_writer,
+                &listed.namespaces,
+                health,
+            )
+            .touched_objects()
+            .map(|ns| match ns {
+                Ok(ns) => Change::Namespace(ns.name_any()),
+                Err(_) => Change::Rules,
+            })
+            .boxed(),
+        ])
+        .boxed();
+        let pod_events = reflected(
+            Api::<Pod>::all(api()),
+            all().labels(VM_LABEL),
+            pod_writer,
+            &listed.pods,
+            health,
+        )
+        .touched_objects()
+        .boxed();
+        let vm_health = Arc::clone(health);
+        let vm_events = reflected(
+            Api::<VirtualMachine>::all(api()),
+            all(),
+            vm_writer,
+            &listed.vms,
+            health,
+        )
+        .applied_objects()
+        .inspect(move |_| vm_health.demand())
+        .boxed();
+        Watches {
+            caches: Caches {
+                vms,
+                pods,
+                mappings,
+                cluster_mappings,
+                namespaces,
+                listed,
+            },
+            changes,
+            pods: pod_events,
+            vms: vm_events,
+        }
+    }
+}
+
 /// [`run`], reporting to `observers`. When `shutdown` completes, no new reconcile starts,
 /// the running ones finish, and the function returns.
 pub async fn run_with(
@@ -110,87 +204,23 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let health = Arc::clone(&observers.health);
-    let all = watcher::Config::default;
-    let (mappings, mapping_writer) = reflector::store::<ImageMapping>();
-    let (cluster_mappings, cluster_writer) = reflector::store::<ClusterImageMapping>();
-    let (namespaces, ns_writer) = reflector::store::<Namespace>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let (vms, vm_writer) = reflector::store::<VirtualMachine>();
-    let listed = CachesListed::default();
-
-    let changes = stream::select_all([
-        reflected(
-            Api::all(client.clone()),
-            all(),
-            mapping_writer,
-            &listed.mappings,
-            &health,
-        )
-        .touched_objects()
-        .map(|_| Change::Rules)
-        .boxed(),
-        reflected(
-            Api::all(client.clone()),
-            all(),
-            cluster_writer,
-            &listed.cluster_mappings,
-            &health,
-        )
-        .touched_objects()
-        .map(|_| Change::Rules)
-        .boxed(),
-        reflected(
-            Api::<Namespace>::all(client.clone()),
-            all(),
-            ns_writer,
-            &listed.namespaces,
-            &health,
-        )
-        .touched_objects()
-        .map(|ns| match ns {
-            Ok(ns) => Change::Namespace(ns.name_any()),
-            Err(_) => Change::Rules,
-        })
-        .boxed(),
-    ])
-    .boxed();
-    let pod_events = reflected(
-        Api::<Pod>::all(client.clone()),
-        all().labels(VM_LABEL),
-        pod_writer,
-        &listed.pods,
-        &health,
-    )
-    .touched_objects();
-    let vm_health = Arc::clone(&health);
-    let vm_events = reflected(
-        Api::<VirtualMachine>::all(client.clone()),
-        all(),
-        vm_writer,
-        &listed.vms,
-        &health,
-    )
-    .applied_objects()
-    .inspect(move |_| vm_health.demand());
-
-    let caches = Caches {
-        vms: vms.clone(),
-        pods: pods.clone(),
-        mappings,
-        cluster_mappings,
-        namespaces,
-        listed: listed.clone(),
-    };
-    let ctx = Arc::new(Context::new(client, options, caches, observers.clone()));
+    let watches = Watches::new(&client, &health);
+    let (vms, listed) = (watches.caches.vms.clone(), watches.caches.listed.clone());
+    let ctx = Arc::new(Context::new(
+        client,
+        options,
+        watches.caches,
+        observers.clone(),
+    ));
     let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
     let (rules_ready, rules_compiled) = tokio::sync::oneshot::channel();
     let _rules = spawn(rules_watcher::run(
         Arc::clone(&ctx),
-        changes,
+        watches.changes,
         trigger.clone(),
         rules_ready,
     ));
-    let _pods = spawn(pod_watcher::run(pod_events, trigger));
+    let _pods = spawn(pod_watcher::run(watches.pods, trigger));
     let _statuses = spawn(mapping_status_writer::run(Arc::clone(&ctx)));
 
     // Reconciling before the rules are compiled would give VMs pods with unmapped images;
@@ -206,7 +236,7 @@ pub async fn run_with(
         health.set_synced(true);
     };
     let progress = Arc::clone(&observers.progress);
-    let controller = Controller::for_stream(vm_events, vms.clone())
+    let controller = Controller::for_stream(watches.vms, vms)
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(vm_reconciler::reconcile, vm_reconciler::error_policy, ctx)

@@ -181,6 +181,7 @@ async fn delete(api: &Api<Pod>, name: &str, uid: &str) -> Result<(), ReconcileEr
 }
 
 /// Backoff after a failed reconcile.
+#[allow(clippy::needless_pass_by_value)] // The signature kube's Controller calls.
 pub fn error_policy(vm: Arc<VirtualMachine>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
     tracing::warn!(vm = %ObjectRef::from_obj(vm.as_ref()), category = error.category(), %error, "reconcile failed");
     Action::requeue(ERROR_BACKOFF)

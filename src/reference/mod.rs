@@ -293,6 +293,7 @@ impl Reference {
     }
 
     /// This reference with `tag` and `digest` replaced.
+    #[must_use]
     pub fn with_tag_digest(&self, tag: Option<&str>, digest: Option<&str>) -> Reference {
         Reference::from_parts(
             self.domain.clone(),

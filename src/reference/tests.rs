@@ -10,6 +10,7 @@ fn norm(s: &str) -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // One table of cases.
 fn normalization_table() {
     let digest = format!("sha256:{H64}");
     let cases: Vec<(String, String)> = vec![
@@ -55,7 +56,7 @@ fn normalization_table() {
             "docker.io/library/localhost:5000".into(),
         ),
         // errors
-        ("".into(), "ERR invalid reference format".into()),
+        (String::new(), "ERR invalid reference format".into()),
         (
             "Nginx".into(),
             "ERR invalid reference format: repository name (library/Nginx) must be lowercase"

@@ -134,7 +134,8 @@ impl Index {
     /// The interned scope of a namespace, 0 for the cluster scope.
     fn scope_of(&mut self, namespace: Option<&str>) -> u32 {
         let Some(ns) = namespace else { return 0 };
-        let next = self.namespaces.len() as u32 + 1;
+        // At most one scope per mapping, and a rule set holds far fewer than 2^32 mappings.
+        let next = u32::try_from(self.namespaces.len() + 1).unwrap_or(u32::MAX);
         *self.namespaces.entry(ns.to_string()).or_insert(next)
     }
 

@@ -301,7 +301,7 @@ impl RuleSet {
             if best.rank.is_none_or(|b| floor <= b) {
                 self.index
                     .regex_candidates(r, ns, scope == Scope::Namespaced, |id| {
-                        best.consider(self, id, 0, who, mode)
+                        best.consider(self, id, 0, who, mode);
                     });
             }
         }
@@ -312,10 +312,10 @@ impl RuleSet {
     /// any conflicting rules.
     pub fn resolve(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Resolution {
         let winners = self.find(r, who, mode);
-        self.outcome(r, winners)
+        self.outcome(r, &winners)
     }
 
-    fn outcome(&self, r: &Reference, winners: Winners) -> Resolution {
+    fn outcome(&self, r: &Reference, winners: &Winners) -> Resolution {
         let Some((&first, rest)) = winners.split_first() else {
             return Resolution {
                 resolved: Ok(r.clone()),
@@ -376,7 +376,7 @@ impl RuleSet {
     /// [`RuleSet::resolve`] on top of [`RuleSet::find_linear`].
     pub fn resolve_linear(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Resolution {
         let winners = self.find_linear(r, who, mode);
-        self.outcome(r, winners)
+        self.outcome(r, &winners)
     }
 }
 

@@ -155,15 +155,8 @@ impl fmt::Display for RuleProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::{MatchKind, Scope};
-
-    fn key(name: &str) -> MappingKey {
-        MappingKey {
-            scope: Scope::Namespaced,
-            namespace: Some("dev".into()),
-            name: name.into(),
-        }
-    }
+    use crate::fixtures::mapping_key as key;
+    use crate::rules::MatchKind;
 
     #[test]
     fn messages_name_the_rule_once() {

@@ -156,23 +156,23 @@ mod tests {
         tag: Option<&str>,
         digest: Option<&str>,
     ) -> (Pattern, Action) {
-        let mut m = RuleMatch::default();
-        let v = Some(pat.to_string());
+        let mut matcher = RuleMatch::default();
+        let value = Some(pat.to_string());
         match kind {
-            "exact" => m.exact = v,
-            "repository" => m.repository = v,
-            "prefix" => m.prefix = v,
-            _ => m.regex = v,
+            "exact" => matcher.exact = value,
+            "repository" => matcher.repository = value,
+            "prefix" => matcher.prefix = value,
+            _ => matcher.regex = value,
         }
-        let r = MappingRule {
-            match_: m,
+        let rule = MappingRule {
+            match_: matcher,
             to: to.map(Into::into),
             tag: tag.map(Into::into),
             digest: digest.map(Into::into),
         };
-        let p = Pattern::compile(&r.match_).unwrap();
-        let a = Action::compile(&r, &p).unwrap();
-        (p, a)
+        let pattern = Pattern::compile(&rule.match_).unwrap();
+        let action = Action::compile(&rule, &pattern).unwrap();
+        (pattern, action)
     }
 
     fn apply(rule: &(Pattern, Action), image: &str) -> String {

@@ -49,9 +49,9 @@ struct World {
 }
 
 impl World {
-    fn new(inputs: Vec<MappingInput>) -> World {
+    fn new(inputs: &[MappingInput]) -> World {
         World {
-            set: RuleSet::compile(&inputs, &CompileOptions::default()),
+            set: RuleSet::compile(inputs, &CompileOptions::default()),
         }
     }
 
@@ -93,7 +93,7 @@ impl World {
 
 #[test]
 fn no_rule_resolves_to_the_normalized_reference() {
-    let w = World::new(vec![]);
+    let w = World::new(&[]);
     assert_eq!(
         w.resolve("nginx"),
         ("docker.io/library/nginx".into(), None, 0)
@@ -102,7 +102,7 @@ fn no_rule_resolves_to_the_normalized_reference() {
 
 #[test]
 fn precedence_kind_then_prefix_length() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -123,7 +123,7 @@ fn precedence_kind_then_prefix_length() {
 
 #[test]
 fn priority_beats_kind_and_namespaced_beats_cluster() {
-    let w = World::new(vec![
+    let w = World::new(&[
         ns_mapping(
             "dev",
             "low",
@@ -164,7 +164,7 @@ fn priority_beats_kind_and_namespaced_beats_cluster() {
 
 #[test]
 fn prefix_boundaries() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -189,7 +189,7 @@ fn prefix_boundaries() {
 
 #[test]
 fn wildcards_match_subdomains_only_and_keep_the_port() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -211,7 +211,7 @@ fn wildcards_match_subdomains_only_and_keep_the_port() {
 
 #[test]
 fn exception_outranks_less_specific_rules() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -228,7 +228,7 @@ fn exception_outranks_less_specific_rules() {
 
 #[test]
 fn single_pass_makes_cycles_harmless() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -243,7 +243,7 @@ fn single_pass_makes_cycles_harmless() {
 
 #[test]
 fn ties_with_different_results_conflict_and_the_winner_is_deterministic() {
-    let w = World::new(vec![
+    let w = World::new(&[
         ns_mapping(
             "dev",
             "zeta",
@@ -310,7 +310,7 @@ fn ties_with_different_results_conflict_and_the_winner_is_deterministic() {
 
 #[test]
 fn regex_captures_and_anchoring() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -333,7 +333,7 @@ fn regex_captures_and_anchoring() {
 
 #[test]
 fn invalid_rewrite_is_an_error_for_that_image() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -353,7 +353,7 @@ fn invalid_rewrite_is_an_error_for_that_image() {
 
 #[test]
 fn invalid_rules_are_reported_and_the_rest_still_apply() {
-    let w = World::new(vec![ns_mapping(
+    let w = World::new(&[ns_mapping(
         "dev",
         "m",
         0,
@@ -391,7 +391,7 @@ fn selectors_pick_vms_and_namespaces() {
         ),
         ..Default::default()
     });
-    let w = World::new(vec![by_label, by_ns]);
+    let w = World::new(&[by_label, by_ns]);
     let db: BTreeMap<String, String> = [("tier".to_string(), "db".to_string())].into();
     assert_eq!(w.resolve_in("dev", &db, "app").0, "l.io/app");
     assert_eq!(w.resolve_in("dev", &BTreeMap::new(), "app").1, None);

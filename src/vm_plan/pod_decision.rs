@@ -130,6 +130,105 @@ fn delete(pod: &Pod) -> PodAction {
     }
 }
 
+/// What every branch of the decision reads.
+struct Inputs<'a> {
+    vm: &'a VirtualMachine,
+    images: &'a [ResolvedImage],
+    desired_hash: Option<String>,
+    /// A stale, extra or terminating pod exists: no pod may be created now.
+    blocked: bool,
+}
+
+impl Inputs<'_> {
+    /// Creates the pod of restart count `count` (when the images resolve and nothing
+    /// blocks it).
+    fn create(&self, out: &mut PodDecision, count: i32) {
+        out.restart_count = count;
+        out.phase = Some(VmPhase::Pending);
+        let Some(pod) = runner_pod::build(self.vm, self.images, count) else {
+            return;
+        };
+        out.pod_name = Some(pod.name_any());
+        if self.blocked {
+            out.waiting = true;
+            return;
+        }
+        out.transitions.push(PodTransition::Created {
+            pod: pod.name_any(),
+            images: self.images.to_vec(),
+        });
+        out.actions.push(PodAction::Create(Box::new(pod)));
+    }
+
+    /// The VM has a live pod of its restart count.
+    fn with_pod(&self, out: &mut PodDecision, pod: &Pod) {
+        let policy = self.vm.spec.restart_policy;
+        out.pod_name = Some(pod.name_any());
+        let phase = pod_phase(pod);
+        out.phase = Some(phase);
+        let finished = matches!(phase, VmPhase::Succeeded | VmPhase::Failed);
+        if finished && should_restart(policy, phase) && self.desired_hash.is_some() {
+            // The finished pod is deleted in this pass; creation waits for it.
+            out.actions.push(delete(pod));
+            out.transitions.push(PodTransition::Restarting {
+                pod: Some(pod.name_any()),
+                phase,
+                policy,
+            });
+            out.restart_count += 1;
+            out.phase = Some(VmPhase::Pending);
+            out.waiting = true;
+        } else if let Some(want) = self.desired_hash.as_deref()
+            && pod_images_hash(pod) != Some(want)
+            && !finished
+        {
+            // (A finished pod that is not replaced runs nothing: nothing to restart.)
+            let changes = ImageChanges::between(pod, self.images);
+            match runner_pod::build(self.vm, self.images, out.restart_count) {
+                Some(new) if self.vm.spec.live_reload => {
+                    out.transitions.push(PodTransition::Recreating {
+                        old: pod.name_any(),
+                        new: new.name_any(),
+                        changes,
+                    });
+                    out.pod_name = Some(new.name_any());
+                    out.phase = Some(VmPhase::Pending);
+                    out.actions.push(PodAction::Replace {
+                        name: pod.name_any(),
+                        uid: pod.uid().unwrap_or_default(),
+                        new: Box::new(new),
+                    });
+                }
+                _ => out.images = PodImages::RestartRequired(changes),
+            }
+        }
+    }
+
+    /// The VM has no pod, live or terminating: start one if its phase and policy say so.
+    fn without_pod(&self, out: &mut PodDecision, previous: Option<VmPhase>) {
+        let policy = self.vm.spec.restart_policy;
+        let phase = match previous {
+            // The pod of a running VM vanished.
+            Some(VmPhase::Running) => VmPhase::Failed,
+            Some(p) => p,
+            None => VmPhase::Pending,
+        };
+        out.phase = Some(phase);
+        if phase == VmPhase::Pending {
+            self.create(out, out.restart_count);
+        } else if should_restart(policy, phase) {
+            out.transitions.push(PodTransition::Restarting {
+                pod: None,
+                phase,
+                policy,
+            });
+            self.create(out, out.restart_count + 1);
+        } else {
+            out.images = PodImages::NoPod;
+        }
+    }
+}
+
 /// Decides from the VM, its previous status, its pods and its resolved images.
 #[must_use]
 pub fn decide(
@@ -140,7 +239,6 @@ pub fn decide(
 ) -> PodDecision {
     let restart_count = prev.restart_count;
     let desired_hash = runner_pod::images_hash(images);
-    let policy = vm.spec.restart_policy;
     let mut out = PodDecision {
         phase: prev.phase,
         pod_name: prev.pod_name.clone(),
@@ -168,94 +266,19 @@ pub fn decide(
     };
     out.actions
         .extend(stale.iter().chain(&extra).map(|p| delete(p)));
-    let blocked = !terminating.is_empty() || !stale.is_empty() || !extra.is_empty();
-
-    // Creates the pod of a restart count (when the images resolve and nothing blocks it).
-    let create = |out: &mut PodDecision, count: i32| {
-        out.restart_count = count;
-        out.phase = Some(VmPhase::Pending);
-        let Some(pod) = runner_pod::build(vm, images, count) else {
-            return;
-        };
-        out.pod_name = Some(pod.name_any());
-        if blocked {
-            out.waiting = true;
-            return;
-        }
-        out.transitions.push(PodTransition::Created {
-            pod: pod.name_any(),
-            images: images.to_vec(),
-        });
-        out.actions.push(PodAction::Create(Box::new(pod)));
+    let inputs = Inputs {
+        vm,
+        images,
+        blocked: !terminating.is_empty() || !stale.is_empty() || !extra.is_empty(),
+        desired_hash,
     };
-
     match current.first() {
-        Some(pod) => {
-            out.pod_name = Some(pod.name_any());
-            let phase = pod_phase(pod);
-            out.phase = Some(phase);
-            let finished = matches!(phase, VmPhase::Succeeded | VmPhase::Failed);
-            if finished && should_restart(policy, phase) && desired_hash.is_some() {
-                // The finished pod is deleted in this pass; creation waits for it.
-                out.actions.push(delete(pod));
-                out.transitions.push(PodTransition::Restarting {
-                    pod: Some(pod.name_any()),
-                    phase,
-                    policy,
-                });
-                out.restart_count = restart_count + 1;
-                out.phase = Some(VmPhase::Pending);
-                out.waiting = true;
-            } else if let Some(want) = desired_hash.as_deref()
-                && pod_images_hash(pod) != Some(want)
-                && !finished
-            {
-                // (A finished pod that is not replaced runs nothing: nothing to restart.)
-                let changes = ImageChanges::between(pod, images);
-                match runner_pod::build(vm, images, restart_count) {
-                    Some(new) if vm.spec.live_reload => {
-                        out.transitions.push(PodTransition::Recreating {
-                            old: pod.name_any(),
-                            new: new.name_any(),
-                            changes,
-                        });
-                        out.pod_name = Some(new.name_any());
-                        out.phase = Some(VmPhase::Pending);
-                        out.actions.push(PodAction::Replace {
-                            name: pod.name_any(),
-                            uid: pod.uid().unwrap_or_default(),
-                            new: Box::new(new),
-                        });
-                    }
-                    _ => out.images = PodImages::RestartRequired(changes),
-                }
-            }
-        }
+        Some(pod) => inputs.with_pod(&mut out, pod),
         None if !terminating.is_empty() => out.waiting = true,
-        None => {
-            let phase = match prev.phase {
-                // The pod of a running VM vanished.
-                Some(VmPhase::Running) => VmPhase::Failed,
-                Some(p) => p,
-                None => VmPhase::Pending,
-            };
-            out.phase = Some(phase);
-            if phase == VmPhase::Pending {
-                create(&mut out, restart_count);
-            } else if should_restart(policy, phase) {
-                out.transitions.push(PodTransition::Restarting {
-                    pod: None,
-                    phase,
-                    policy,
-                });
-                create(&mut out, restart_count + 1);
-            } else {
-                out.images = PodImages::NoPod;
-            }
-        }
+        None => inputs.without_pod(&mut out, prev.phase),
     }
     // Unresolved images and no pod of this restart count: nothing can start yet.
-    if desired_hash.is_none() && current.is_empty() {
+    if inputs.desired_hash.is_none() && current.is_empty() {
         out.phase = Some(VmPhase::Pending);
     }
     out

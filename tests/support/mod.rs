@@ -16,7 +16,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::OnceCell;
 
 /// How long a test waits for a condition before failing.
-pub const WAIT: Duration = Duration::from_secs(60);
+pub const WAIT: Duration = Duration::from_mins(1);
 
 pub const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -72,7 +72,9 @@ where
         Ok(Ok(Some(obj))) => obj,
         Ok(Ok(None)) => panic!("{name} was deleted while waiting"),
         Ok(Err(e)) => panic!("watching {name}: {e}"),
-        Err(_) => panic!("{name} did not reach the condition within {WAIT:?}"),
+        Err(tokio::time::error::Elapsed { .. }) => {
+            panic!("{name} did not reach the condition within {WAIT:?}")
+        }
     }
 }
 
@@ -138,7 +140,10 @@ impl Operator {
         let (client, requests) = client_with_counter(config).expect("client");
         let observers = Observers::new(requests.clone());
         let options = Options {
-            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            namespaces: namespaces
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
             ..options
         };
         let o = observers.clone();
@@ -181,7 +186,10 @@ impl Operator {
         let (client, requests) = client_with_counter(config).expect("client");
         let observers = Observers::new(requests.clone());
         let options = Options {
-            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            namespaces: namespaces
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
             ..Options::default()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -270,25 +278,24 @@ where
         panic!("watch ended while waiting for {what}");
     })
     .await;
-    match found {
-        Ok(state) => state,
-        Err(_) => {
-            let names: Vec<String> = reader
-                .state()
-                .iter()
-                .map(|o| {
-                    format!(
-                        "{}: {}",
-                        o.name_any(),
-                        serde_json::to_string(&**o).unwrap_or_default()
-                    )
-                })
-                .collect();
-            panic!(
-                "{what}: not reached within {limit:?}; last state:\n{}",
-                names.join("\n")
-            );
-        }
+    if let Ok(state) = found {
+        state
+    } else {
+        let names: Vec<String> = reader
+            .state()
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}: {}",
+                    o.name_any(),
+                    serde_json::to_string(&**o).unwrap_or_default()
+                )
+            })
+            .collect();
+        panic!(
+            "{what}: not reached within {limit:?}; last state:\n{}",
+            names.join("\n")
+        );
     }
 }
 
