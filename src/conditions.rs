@@ -16,8 +16,11 @@ pub mod kind {
 
 /// Condition reasons.
 pub mod reason {
-    // VirtualMachine `Ready`: `Running`, else the phase (`Pending`, `Succeeded`, `Failed`).
+    // VirtualMachine `Ready`: `Running`, else the phase.
     pub const RUNNING: &str = "Running";
+    pub const PENDING: &str = "Pending";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const FAILED: &str = "Failed";
     // VirtualMachine `ImagesResolved`.
     pub const RESOLVED: &str = "Resolved";
     pub const INVALID_REWRITE: &str = "InvalidRewrite";

@@ -184,7 +184,7 @@ pub fn mapping_statuses(
                 affected_vms: per_rule
                     .get(&i)
                     .map_or(0, |s| i32::try_from(s.len()).unwrap_or(i32::MAX)),
-                problem: own.iter().find(|p| p.concerns(i)).map(ToString::to_string),
+                problem: RuleProblem::for_rule(&own, i).map(ToString::to_string),
             })
             .collect();
         let in_conflict: BTreeSet<usize> = own

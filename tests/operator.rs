@@ -29,6 +29,10 @@ use support::*;
 const COMPUTE: &str = "neondatabase/vm-compute-node-v17:latest";
 const COMPUTE_NORMALIZED: &str = "docker.io/neondatabase/vm-compute-node-v17:latest";
 
+/// The scheduler name of VMs whose tests play kubelet: no scheduler takes their pods, so
+/// kwok leaves them alone (and their deletion is immediate).
+const UNSCHEDULED: &str = "imagemap-test-unscheduled";
+
 fn vm(name: &str, live_reload: bool, policy: &str, disk: &str) -> VirtualMachine {
     serde_json::from_value(json!({
         "apiVersion": "imagemap.dev/v1alpha1",
@@ -79,6 +83,13 @@ impl Env {
             .create(&PostParams::default(), &vm(name, live_reload, policy, disk))
             .await
             .unwrap();
+    }
+
+    /// A VM whose pods no scheduler takes (see [`UNSCHEDULED`]).
+    async fn add_unscheduled_vm(&self, name: &str, live_reload: bool, policy: &str, disk: &str) {
+        let mut vm = vm(name, live_reload, policy, disk);
+        vm.spec.scheduler_name = Some(UNSCHEDULED.into());
+        self.vms.create(&PostParams::default(), &vm).await.unwrap();
     }
 }
 
@@ -217,7 +228,19 @@ async fn vm_without_mappings_gets_a_pod_with_the_requested_images() {
     assert_eq!(disk.source, None);
     assert_eq!(v.status.as_ref().unwrap().observed_generation, Some(1));
     assert_eq!(condition(&v, "ImagesResolved").unwrap().0, "True");
-    assert_eq!(condition(&v, "Ready").unwrap().1, "Pending");
+    // Scheduled onto a kwok node, the pod runs with its runner container ready.
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        "plain Running",
+        |vms| {
+            vms.iter().any(|v| {
+                v.status.as_ref().and_then(|s| s.phase) == Some(imagemap::api::VmPhase::Running)
+                    && condition(v, "Ready").is_some_and(|c| c.0 == "True")
+            })
+        },
+    )
+    .await;
     wait_event(&e, "plain", "PodCreated").await;
 }
 
@@ -434,12 +457,13 @@ async fn mapping_deleted_restores_the_requested_images() {
 async fn pods_are_replaced_per_restart_policy() {
     let e = env("op-restart-policy").await;
     let _op = Operator::start(&[&e.ns], Options::default()).await;
+    // This test plays kubelet.
     for (name, policy) in [
         ("always", "Always"),
         ("onfailure", "OnFailure"),
         ("never", "Never"),
     ] {
-        e.add_vm(name, false, policy, COMPUTE).await;
+        e.add_unscheduled_vm(name, false, policy, COMPUTE).await;
     }
     // Deleted by someone else while Pending: replaced, whatever the policy.
     let p = wait_single_pod(&e, "never", COMPUTE_NORMALIZED).await;
@@ -852,8 +876,9 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
     .await;
     e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
         .await;
+    // Unscheduled, so that deletion is immediate: the writes of a replacement in one pass.
     for i in 0..N {
-        e.add_vm(&format!("vm-{i:03}"), true, "Always", COMPUTE)
+        e.add_unscheduled_vm(&format!("vm-{i:03}"), true, "Always", COMPUTE)
             .await;
     }
     let limit = Duration::from_mins(3);

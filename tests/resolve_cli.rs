@@ -144,6 +144,11 @@ fn conflicts_and_invalid_rules_exit_1_and_are_reported() {
     assert_eq!(v["images"][0]["resolved"], "a.io/app:1");
     assert_eq!(v["images"][0]["conflicts"][0]["name"], "b");
     assert!(err.contains("Conflict"), "{err}");
+    assert_eq!(
+        err.matches("Conflict").count(),
+        1,
+        "one conflict, printed once: {err}"
+    );
     assert_eq!(v["problems"].as_array().unwrap().len(), 2);
 
     let bad = temp_dir("badrule");

@@ -1,6 +1,6 @@
 //! `imagemap resolve`: the mapping engine offline, over manifests and image references.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::manifests::Manifests;
 use crate::reference::Reference;
 use crate::rules::RuleProblem;
-use crate::rules::{CompileOptions, MappingInput, Mode, Requester, RuleRef, RuleSet};
+use crate::rules::{CompileOptions, MappingInput, MappingKey, Mode, Requester, RuleRef, RuleSet};
 use crate::vm_images::SlotResolution;
 use crate::vm_images::{self, VmResolution};
 
@@ -193,14 +193,36 @@ impl Report {
                 .any(|v| !v.resolution.all_resolved() || v.resolution.has_conflicts())
     }
 
+    /// Each problem once: a conflict between two rules is one line, however many mappings,
+    /// images and VMs show it.
     fn problem_lines(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self
-            .problems
-            .iter()
-            .map(|p| format!("{}: {}: {p}", p.mapping, p.reason().as_str()))
-            .collect();
+        // Rule pairs (mapping, index) already reported, in both orders.
+        type At<'a> = (&'a MappingKey, usize);
+        let mut pairs: BTreeSet<(At, At)> = BTreeSet::new();
+        let mut lines = Vec::new();
+        for p in &self.problems {
+            if let (Some(index), Some(other)) = (p.rule, p.detail.conflicting_rule()) {
+                let (this, other) = ((&p.mapping, index), (&other.mapping, other.index));
+                if !pairs.insert((this, other)) {
+                    continue;
+                }
+                pairs.insert((other, this));
+            }
+            let rule = p.rule.map(|r| format!(" rule {r}")).unwrap_or_default();
+            lines.push(format!(
+                "{}{rule}: {}: {}",
+                p.mapping,
+                p.reason().as_str(),
+                p.detail
+            ));
+        }
+        let known = |winner: Option<&RuleRef>, loser: &RuleRef| {
+            winner.is_some_and(|w| {
+                pairs.contains(&((&w.mapping, w.index), (&loser.mapping, loser.index)))
+            })
+        };
         for i in &self.images {
-            for c in &i.conflicts {
+            for c in i.conflicts.iter().filter(|c| !known(i.rule.as_ref(), c)) {
                 lines.push(format!(
                     "image {:?}: Conflict: {} also matches with a different result",
                     i.input,
@@ -210,7 +232,11 @@ impl Report {
         }
         for v in &self.vms {
             for slot in &v.resolution.slots {
-                for c in &slot.conflicts {
+                for c in slot
+                    .conflicts
+                    .iter()
+                    .filter(|c| !known(slot.rule.as_ref(), c))
+                {
                     lines.push(format!(
                         "VirtualMachine {}/{} slot {}: Conflict: {} also matches with a different result",
                         v.namespace,

@@ -9,6 +9,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
 use super::Options;
+use super::pod_index::PodIndex;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::rules::MappingInput;
 use crate::runner_pod::VM_LABEL;
@@ -25,12 +26,6 @@ impl Listed {
     pub fn mark(&self) {
         self.0
             .send_if_modified(|listed| !std::mem::replace(listed, true));
-    }
-
-    /// Whether the cache has listed.
-    #[must_use]
-    pub fn is_listed(&self) -> bool {
-        *self.0.borrow()
     }
 
     /// Waits until the cache has listed.
@@ -55,6 +50,8 @@ pub struct CachesListed {
 pub struct Caches {
     pub vms: Store<VirtualMachine>,
     pub pods: Store<Pod>,
+    /// The pods of each VM, kept by the pod watcher.
+    pub pod_index: Arc<PodIndex>,
     pub mappings: Store<ImageMapping>,
     pub cluster_mappings: Store<ClusterImageMapping>,
     pub namespaces: Store<Namespace>,
@@ -75,13 +72,13 @@ impl Caches {
     /// The cached pods of a VM: labelled with its name and controlled by it.
     #[must_use]
     pub fn pods_of(&self, vm: &VirtualMachine) -> Vec<Arc<Pod>> {
-        let (ns, name, uid) = (vm.namespace(), vm.name_any(), vm.uid());
-        self.pods
-            .state()
+        let (ns, name, uid) = (vm.namespace().unwrap_or_default(), vm.name_any(), vm.uid());
+        self.pod_index
+            .pods_of(&ObjectRef::from_obj(vm))
             .into_iter()
+            .filter_map(|pod| self.pods.get(&ObjectRef::new(&pod).within(&ns)))
             .filter(|p| {
-                p.namespace() == ns
-                    && p.labels().get(VM_LABEL) == Some(&name)
+                p.labels().get(VM_LABEL) == Some(&name)
                     && p.owner_references()
                         .iter()
                         .any(|o| Some(&o.uid) == uid.as_ref())
@@ -169,11 +166,12 @@ mod tests {
             })
             .collect();
         tokio::task::yield_now().await;
-        assert!(!listed.is_listed());
+        assert!(waiters.iter().all(|w| !w.is_finished()));
         listed.mark();
         for w in waiters {
             w.await.unwrap();
         }
-        assert!(listed.is_listed());
+        // Marked once, waiting returns at once.
+        listed.wait().await;
     }
 }

@@ -29,6 +29,8 @@ pub struct Health {
     last_watch_ok: AtomicU64,
     last_watch_error: AtomicU64,
     caches_synced: AtomicBool,
+    /// The VM controller runs (before, queued work waits for the caches by design).
+    controller_running: AtomicBool,
     /// When work for the VM controller was first queued with no reconcile started since.
     unserved_since: AtomicU64,
     /// Start times of the reconciles running now, by a sequence number.
@@ -43,6 +45,7 @@ impl Default for Health {
             last_watch_ok: AtomicU64::new(0),
             last_watch_error: AtomicU64::new(0),
             caches_synced: AtomicBool::new(false),
+            controller_running: AtomicBool::new(false),
             unserved_since: AtomicU64::new(0),
             in_flight: Mutex::new(BTreeMap::new()),
             next_reconcile: AtomicU64::new(0),
@@ -75,14 +78,29 @@ impl Health {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The VM controller starts taking work.
+    pub fn controller_started(&self) {
+        self.unserved_since.store(0, Ordering::Relaxed);
+        self.controller_running.store(true, Ordering::Relaxed);
+    }
+
     /// Work for the VM controller was queued (a watch event or a trigger).
     pub fn demand(&self) {
+        if !self.controller_running.load(Ordering::Relaxed) {
+            return;
+        }
         let _ = self.unserved_since.compare_exchange(
             0,
             self.now(),
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
+    }
+
+    /// The controller finished a request, successfully or not (a VM that was deleted
+    /// meanwhile ends without a reconcile).
+    pub fn progressed(&self) {
+        self.unserved_since.store(0, Ordering::Relaxed);
     }
 
     /// A reconcile starts; it counts as running until the returned guard is dropped.
@@ -104,8 +122,8 @@ impl Health {
     }
 
     /// Every cache has listed once (and so every CRD exists).
-    pub fn set_synced(&self, synced: bool) {
-        self.caches_synced.store(synced, Ordering::Relaxed);
+    pub fn set_synced(&self) {
+        self.caches_synced.store(true, Ordering::Relaxed);
     }
 
     /// `Ok` when live, else why not.
@@ -220,13 +238,17 @@ mod tests {
     fn readiness_follows_the_caches() {
         let h = Health::default();
         assert!(h.ready().is_err());
-        h.set_synced(true);
+        h.set_synced();
         assert!(h.ready().is_ok());
     }
 
     #[test]
     fn an_idle_controller_is_live_and_a_wedged_one_is_not() {
         let h = Health::default();
+        // Before the controller runs, queued work waits for the caches by design.
+        h.demand();
+        assert!(h.live_at(10_000).is_ok());
+        h.controller_started();
         // Idle: no work, nothing running — live however long.
         assert!(h.live_at(10_000).is_ok());
         // Work queued and served.
@@ -248,11 +270,15 @@ mod tests {
         );
         drop(running);
         assert!(h.live_at(started + 301).is_ok(), "finished: live again");
-        // demand() keeps the first unserved time.
+        // demand() keeps the first unserved time; any finished request serves it (a VM
+        // deleted meanwhile is never reconciled).
         h.demand();
         let first = h.unserved_since.load(Ordering::Relaxed);
+        assert!(first > 0);
         h.demand();
         assert_eq!(h.unserved_since.load(Ordering::Relaxed), first);
+        h.progressed();
+        assert!(h.live_at(first + 10_000).is_ok());
     }
 
     #[test]

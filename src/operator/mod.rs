@@ -18,6 +18,7 @@ mod mapping_status_writer;
 pub mod metrics;
 mod options;
 mod pod_expectations;
+mod pod_index;
 mod pod_watcher;
 mod progress;
 mod recreation_budget;
@@ -53,17 +54,36 @@ use health::Health;
 use rules_watcher::Change;
 use trigger::Trigger;
 
-/// Ends a background task when the operator future ends or is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// The operator's background tasks: each runs for the operator's whole life, and all end
+/// when the operator future ends or is dropped.
+#[derive(Default)]
+struct Tasks(Vec<(&'static str, tokio::task::JoinHandle<()>)>);
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
+impl Tasks {
+    fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.push((name, tokio::spawn(task)));
+    }
+
+    /// Waits until one of the tasks ends (returns, or panics) and says which.
+    async fn first_ended(&mut self) -> anyhow::Error {
+        if self.0.is_empty() {
+            return std::future::pending().await;
+        }
+        let (result, i, _) = futures::future::select_all(self.0.iter_mut().map(|(_, h)| h)).await;
+        let name = self.0[i].0;
+        match result {
+            Ok(()) => anyhow::anyhow!("the {name} stopped"),
+            Err(e) => anyhow::anyhow!("the {name} failed: {e}"),
+        }
     }
 }
 
-fn spawn(task: impl Future<Output = ()> + Send + 'static) -> AbortOnDrop {
-    AbortOnDrop(tokio::spawn(task))
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for (_, handle) in &self.0 {
+            handle.abort();
+        }
+    }
 }
 
 /// A reflected watch of every `K` (matching `config`), reporting each result to the
@@ -96,19 +116,13 @@ where
         })
 }
 
-/// Runs the operator until the VirtualMachine controller stops (or the future is dropped).
-pub async fn run(client: Client, options: Options) -> anyhow::Result<()> {
-    let observers = Observers::new(crate::api_requests::ApiRequests::new());
-    run_with(client, options, observers, std::future::pending()).await
-}
-
 /// The operator's watches: the caches they fill, and the event streams of its tasks.
 struct Watches {
     caches: Caches,
     /// Mapping and namespace events, for the rules watcher.
     changes: BoxStream<'static, Change>,
     /// Runner pod events, for the pod watcher.
-    pods: BoxStream<'static, Result<Pod, watcher::Error>>,
+    pods: BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>,
     /// VirtualMachine events, for the VM controller.
     vms: BoxStream<'static, Result<VirtualMachine, watcher::Error>>,
 }
@@ -166,7 +180,6 @@ impl Watches {
             &listed.pods,
             health,
         )
-        .touched_objects()
         .boxed();
         let vm_health = Arc::clone(health);
         let vm_events = reflected(
@@ -183,6 +196,7 @@ impl Watches {
             caches: Caches {
                 vms,
                 pods,
+                pod_index: Arc::default(),
                 mappings,
                 cluster_mappings,
                 namespaces,
@@ -195,8 +209,9 @@ impl Watches {
     }
 }
 
-/// [`run`], reporting to `observers`. When `shutdown` completes, no new reconcile starts,
-/// the running ones finish, and the function returns.
+/// Runs the operator, reporting to `observers`, until the VirtualMachine controller stops
+/// (or the future is dropped). When `shutdown` completes, no new reconcile starts, the
+/// running ones finish, and the function returns. A background task that ends is an error.
 pub async fn run_with(
     client: Client,
     options: Options,
@@ -214,14 +229,24 @@ pub async fn run_with(
     ));
     let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
     let (rules_ready, rules_compiled) = tokio::sync::oneshot::channel();
-    let _rules = spawn(rules_watcher::run(
-        Arc::clone(&ctx),
-        watches.changes,
-        trigger.clone(),
-        rules_ready,
-    ));
-    let _pods = spawn(pod_watcher::run(watches.pods, trigger));
-    let _statuses = spawn(mapping_status_writer::run(Arc::clone(&ctx)));
+    let mut tasks = Tasks::default();
+    tasks.spawn(
+        "rules watcher",
+        rules_watcher::run(
+            Arc::clone(&ctx),
+            watches.changes,
+            trigger.clone(),
+            rules_ready,
+        ),
+    );
+    tasks.spawn(
+        "pod watcher",
+        pod_watcher::run(watches.pods, Arc::clone(&ctx.caches.pod_index), trigger),
+    );
+    tasks.spawn(
+        "mapping status writer",
+        mapping_status_writer::run(Arc::clone(&ctx)),
+    );
 
     // Reconciling before the rules are compiled would give VMs pods with unmapped images;
     // before the pod cache has listed, it would create pods that exist.
@@ -229,11 +254,16 @@ pub async fn run_with(
     tokio::select! {
         compiled = async { rules_compiled.await?; listed.pods.wait().await; anyhow::Ok(()) } => compiled?,
         () = shutdown.clone() => return Ok(()),
+        e = tasks.first_ended() => return Err(e),
     }
     tracing::info!("mappings, namespaces and pods listed; reconciling VirtualMachines");
-    let synced = async {
-        listed.vms.wait().await;
-        health.set_synced(true);
+    health.controller_started();
+    let synced = {
+        let health = Arc::clone(&health);
+        tokio::spawn(async move {
+            listed.vms.wait().await;
+            health.set_synced();
+        })
     };
     let progress = Arc::clone(&observers.progress);
     let controller = Controller::for_stream(watches.vms, vms)
@@ -241,6 +271,7 @@ pub async fn run_with(
         .graceful_shutdown_on(shutdown)
         .run(vm_reconciler::reconcile, vm_reconciler::error_policy, ctx)
         .for_each(|res| {
+            health.progressed();
             let vm = match &res {
                 Ok((vm, _)) => Some(vm_key(vm)),
                 Err(e) => {
@@ -251,8 +282,12 @@ pub async fn run_with(
             progress.reconciled(vm);
             futures::future::ready(())
         });
-    futures::join!(synced, controller);
-    Ok(())
+    let result = tokio::select! {
+        () = controller => Ok(()),
+        e = tasks.first_ended() => Err(e),
+    };
+    synced.abort();
+    result
 }
 
 fn vm_key(vm: &ObjectRef<VirtualMachine>) -> String {

@@ -1,5 +1,5 @@
-//! The runner pod cache: every event of a runner pod asks for a reconcile of the VM that
-//! controls it.
+//! The runner pod cache: every event of a runner pod updates the pod index and asks for a
+//! reconcile of the VM that controls it.
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -7,6 +7,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
+use std::sync::Arc;
+
+use super::pod_index::PodIndex;
 use super::trigger::Trigger;
 use crate::api::{GROUP, VirtualMachine};
 
@@ -25,13 +28,21 @@ pub fn owner_vm(pod: &Pod) -> Option<ObjectRef<VirtualMachine>> {
     })
 }
 
-/// Runs until `pods` (the reflected pod watch) ends.
-pub async fn run(pods: impl Stream<Item = Result<Pod, watcher::Error>>, trigger: Trigger) {
-    let mut pods = std::pin::pin!(pods);
-    while let Some(event) = pods.next().await {
+/// Runs until `events` (the reflected pod watch) ends.
+pub async fn run(
+    events: impl Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
+    index: Arc<PodIndex>,
+    trigger: Trigger,
+) {
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
         // Errors are retried by the watcher's backoff and reported to the liveness probe.
-        if let Ok(pod) = event
-            && let Some(vm) = owner_vm(&pod)
+        let Ok(event) = event else { continue };
+        index.apply(&event);
+        if let watcher::Event::Apply(pod)
+        | watcher::Event::InitApply(pod)
+        | watcher::Event::Delete(pod) = &event
+            && let Some(vm) = owner_vm(pod)
         {
             trigger.reconcile(vm);
         }

@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
 use super::events::publish;
-use super::writes::{Written, apply_status, create_pod, delete_pod, name_of};
+use super::writes::{PodDeletion, Written, apply_status, create_pod, delete_pod, name_of};
 use crate::api::VirtualMachine;
 use crate::conditions;
 use crate::rules::Mode;
@@ -134,15 +134,16 @@ async fn apply(
                     requeue = Some(wait.max(Duration::from_secs(1)));
                     continue;
                 }
-                delete(&pods, name, uid).await?;
                 // An unscheduled pod is gone at once; a running one terminates first, and its
                 // deletion event brings the VM back here to create the replacement.
-                match pods.get_opt(name).await {
-                    Ok(None) => {
+                match delete(&pods, name, uid).await? {
+                    PodDeletion::Gone => {
                         create(ctx, &pods, &vm_ref, new).await?;
                         ctx.observers.metrics.recreated();
                     }
-                    Ok(Some(_)) | Err(_) => requeue = Some(TERMINATING_RECHECK),
+                    PodDeletion::Terminating | PodDeletion::Replaced => {
+                        requeue = Some(TERMINATING_RECHECK);
+                    }
                 }
             }
         }
@@ -170,10 +171,9 @@ async fn create(
     Ok(())
 }
 
-async fn delete(api: &Api<Pod>, name: &str, uid: &str) -> Result<(), ReconcileError> {
+async fn delete(api: &Api<Pod>, name: &str, uid: &str) -> Result<PodDeletion, ReconcileError> {
     delete_pod(api, name, uid)
         .await
-        .map(|_| ())
         .map_err(|source| ReconcileError::DeletePod {
             pod: name.to_string(),
             source,

@@ -66,10 +66,25 @@ pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<Written, kube::Erro
     }
 }
 
-/// Deletes a pod with a UID precondition: `Gone` when it is gone at once, `Changed` when it
-/// terminates first (the response still holds it), `Unchanged` when it was already gone or
-/// replaced by another pod of the same name.
-pub async fn delete_pod(api: &Api<Pod>, name: &str, uid: &str) -> Result<Written, kube::Error> {
+/// What deleting a pod did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodDeletion {
+    /// The pod is gone (deleted at once, or already gone).
+    Gone,
+    /// The pod terminates first: its deletion event follows when it is gone.
+    Terminating,
+    /// Another pod of that name exists (the UID precondition failed): nothing was deleted.
+    Replaced,
+}
+
+/// Whether a DELETE's response shows the pod gone: the API server returns the object as it
+/// was deleted, with a grace period of 0 and no finalizers left, when it removed it at once.
+fn gone(pod: &Pod) -> bool {
+    pod.metadata.deletion_grace_period_seconds == Some(0) && pod.finalizers().is_empty()
+}
+
+/// Deletes a pod with a UID precondition; the response says whether it is gone.
+pub async fn delete_pod(api: &Api<Pod>, name: &str, uid: &str) -> Result<PodDeletion, kube::Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_string()),
@@ -78,12 +93,12 @@ pub async fn delete_pod(api: &Api<Pod>, name: &str, uid: &str) -> Result<Written
         ..DeleteParams::default()
     };
     match api.delete(name, &params).await {
-        Ok(either) => Ok(if either.is_right() {
-            Written::Gone
-        } else {
-            Written::Changed
+        Ok(either) => Ok(match either.left() {
+            Some(pod) if !gone(&pod) => PodDeletion::Terminating,
+            _ => PodDeletion::Gone,
         }),
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(Written::Unchanged),
+        Err(e) if is_status(&e, 404) => Ok(PodDeletion::Gone),
+        Err(e) if is_status(&e, 409) => Ok(PodDeletion::Replaced),
         Err(e) => Err(e),
     }
 }

@@ -149,9 +149,6 @@ impl Reference {
             return Err(ReferenceError::InvalidFormat);
         };
         let name = caps.get(1).map_or("", |m| m.as_str());
-        if name.len() > NAME_TOTAL_LENGTH_MAX {
-            return Err(ReferenceError::NameTooLong);
-        }
         let (domain, path) = match ANCHORED_NAME.captures(name) {
             Some(n) => (
                 n.get(1).map_or("", |m| m.as_str()).to_string(),
@@ -161,6 +158,10 @@ impl Reference {
         };
         if path.is_empty() {
             return Err(ReferenceError::NameEmpty);
+        }
+        // As distribution/reference v0.6: the limit is on the path, not the registry host.
+        if path.len() > NAME_TOTAL_LENGTH_MAX {
+            return Err(ReferenceError::NameTooLong);
         }
         let tag = caps.get(2).map(|m| m.as_str().to_string());
         let digest = match caps.get(3) {

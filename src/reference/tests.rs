@@ -123,16 +123,21 @@ fn normalization_table() {
 }
 
 #[test]
-fn name_length_limit_counts_the_normalized_name() {
-    // docker.io/library/ is 18 characters: 237 + 18 = 255 is the limit.
-    assert!(Reference::parse_normalized(&"a".repeat(237)).is_ok());
+fn name_length_limit_counts_the_path_only() {
+    // As distribution/reference v0.6: `library/` is 8 characters of the path, 247 + 8 = 255;
+    // neither the registry host nor the tag counts.
+    assert!(Reference::parse_normalized(&"a".repeat(247)).is_ok());
     assert_eq!(
-        Reference::parse_normalized(&"a".repeat(238)),
+        Reference::parse_normalized(&"a".repeat(248)),
         Err(ReferenceError::NameTooLong)
     );
     let long_host = format!("{}.io/x", "h".repeat(251));
+    assert!(Reference::parse_normalized(&long_host).is_ok());
+    let long_tag = format!("{}:{}", "a".repeat(247), "t".repeat(128));
+    assert!(Reference::parse_normalized(&long_tag).is_ok());
+    let long_path = format!("localhost:5000/{}", "p".repeat(256));
     assert_eq!(
-        Reference::parse_normalized(&long_host),
+        Reference::parse_normalized(&long_path),
         Err(ReferenceError::NameTooLong)
     );
 }

@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
-use crate::api::RuleSource;
 use crate::reference::{self, Reference};
 
 pub use mapping::{MappingInput, MappingKey, RuleRef, Scope};
@@ -168,7 +167,8 @@ impl RuleSet {
                 count: input.rules.len(),
                 max: MAX_RULES,
             };
-            self.problem(&key, None, detail);
+            // Reported on the first rule that is ignored.
+            self.problem(&key, Some(MAX_RULES), detail);
         }
         for (index, rule) in input.rules.iter().enumerate().take(MAX_RULES) {
             let compiled = Pattern::compile(&rule.match_).and_then(|pattern| {
@@ -243,12 +243,6 @@ impl RuleSet {
             index: rule.index,
             kind: rule.pattern.kind(),
         }
-    }
-
-    /// Where a rule comes from, as recorded in a VM's status.
-    #[must_use]
-    pub fn source(&self, id: RuleId) -> RuleSource {
-        self.rule_ref(id).source()
     }
 
     fn registry_allowed(&self, domain: &str) -> bool {

@@ -127,10 +127,14 @@ impl RuleProblem {
         self.detail.reason()
     }
 
-    /// Whether the problem concerns rule `index` (mapping-wide problems concern every rule).
+    /// The problem to show for rule `index` among `problems` (in report order): its own
+    /// first, else one of the whole mapping.
     #[must_use]
-    pub fn concerns(&self, index: usize) -> bool {
-        self.rule.is_none_or(|r| r == index)
+    pub fn for_rule(problems: &[RuleProblem], index: usize) -> Option<&RuleProblem> {
+        problems
+            .iter()
+            .find(|p| p.rule == Some(index))
+            .or_else(|| problems.iter().find(|p| p.rule.is_none()))
     }
 
     /// The order problems are reported in: by reason, then rule, then detail.
@@ -187,12 +191,18 @@ mod tests {
         let whole = RuleProblem {
             mapping: key("alpha"),
             rule: None,
-            detail: ProblemDetail::TooManyRules {
-                count: 300,
-                max: 256,
+            detail: ProblemDetail::InvalidSelector {
+                field: "selector",
+                error: "bad".into(),
             },
         };
-        assert!(whole.concerns(7) && invalid.concerns(3) && !invalid.concerns(0));
-        assert!(whole.to_string().starts_with("spec.rules has 300 rules"));
+        assert_eq!(
+            whole.to_string(),
+            "spec.selector is not a valid label selector: bad"
+        );
+        // A rule's own problem comes first; a mapping-wide one stands in for the others.
+        let problems = [whole.clone(), invalid.clone()];
+        assert_eq!(RuleProblem::for_rule(&problems, 3), Some(&invalid));
+        assert_eq!(RuleProblem::for_rule(&problems, 0), Some(&whole));
     }
 }

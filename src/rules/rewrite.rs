@@ -57,9 +57,12 @@ impl Action {
                     Target::Prefix(to.clone())
                 }
                 Pattern::Wildcard(_) => {
-                    if !reference::is_registry_host(to) || to.contains('/') {
+                    let host = to.split('/').next().unwrap_or_default();
+                    let location =
+                        !to.contains('/') || Reference::parse(to).is_ok_and(|r| r.domain() == host);
+                    if !reference::is_registry_host(host) || !location {
                         return Err(format!(
-                            "to {to:?}: a *.domain prefix rewrites the registry host only; write a host, optionally with port"
+                            "to {to:?}: a *.domain prefix rewrites the registry host; write a host, optionally with a port and a path (mirror.example.net/mapped)"
                         ));
                     }
                     Target::Host(to.clone())
@@ -88,7 +91,7 @@ impl Action {
             Target::Prefix(p) => Reference::parse_normalized(p)
                 .ok()
                 .map(|r| r.domain().to_string()),
-            Target::Host(h) => Some(h.clone()),
+            Target::Host(h) => Some(h.split('/').next().unwrap_or_default().to_string()),
             Target::Template(_) => None,
         }
     }
@@ -111,9 +114,11 @@ impl Action {
             (Some(Target::Host(to)), _) => {
                 let host = r.host();
                 let rest = &r.as_str()[host.len()..];
-                let text = if to.contains(':') && !to.ends_with(']') {
-                    // `to` carries a port: it replaces the original port too.
-                    let after_port = &r.as_str()[r.domain().len()..];
+                let after_port = &r.as_str()[r.domain().len()..];
+                let text = if to.contains('/') || (to.contains(':') && !to.ends_with(']')) {
+                    // `to` carries a port, or is a location with a path (as in CRI-O's
+                    // registries.conf): it replaces the original port too, and the rest of
+                    // the reference follows it.
                     format!("{to}{after_port}")
                 } else {
                     format!("{to}{rest}")
@@ -241,6 +246,47 @@ mod tests {
     }
 
     #[test]
+    fn a_wildcard_rewrites_to_a_location_with_a_path() {
+        let location = rule(
+            "prefix",
+            "*.example.com",
+            Some("mirror.example.net/mapped"),
+            None,
+            None,
+        );
+        assert_eq!(
+            apply(&location, "sub.example.com/foo/bar"),
+            "mirror.example.net/mapped/foo/bar"
+        );
+        assert_eq!(
+            apply(&location, "sub.example.com:5000/foo/bar:1"),
+            "mirror.example.net/mapped/foo/bar:1"
+        );
+        assert_eq!(
+            location.1.static_domain().as_deref(),
+            Some("mirror.example.net")
+        );
+        for bad in [
+            "mirror.example.net/Mapped",
+            "mirror.example.net/",
+            "/mapped",
+            "mapped",
+        ] {
+            let m = RuleMatch {
+                prefix: Some("*.example.com".into()),
+                ..Default::default()
+            };
+            let r = MappingRule {
+                match_: m,
+                to: Some(bad.into()),
+                ..Default::default()
+            };
+            let p = Pattern::compile(&r.match_).unwrap();
+            assert!(Action::compile(&r, &p).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn prefix_wildcard_and_regex_rewrites() {
         let p = rule(
             "prefix",
@@ -301,7 +347,8 @@ mod tests {
             None,
         );
         assert!(apply(&re, "nginx").starts_with("ERR rewrite produced \"mirror.io/Bad/nginx\""));
-        let long = format!("mirror.io/{}", "a".repeat(240));
+        // The path `a…a/library/nginx` is over 255 characters (the host does not count).
+        let long = format!("mirror.io/{}", "a".repeat(250));
         let p = rule("prefix", "docker.io", Some(&long), None, None);
         assert!(
             apply(&p, "nginx").ends_with("repository name must not be more than 255 characters")

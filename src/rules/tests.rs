@@ -80,7 +80,7 @@ impl World {
             Err(e) => format!("ERR {e}"),
         };
         let source = res.rule.map(|id| {
-            let s = self.set.source(id);
+            let s = self.set.rule_ref(id).source();
             format!("{}/{}#{}", s.kind, s.name, s.rule)
         });
         (out, source, res.conflicts.len())

@@ -11,15 +11,13 @@ use super::pod_decision::PodImages;
 type Parts = (Status, &'static str, String);
 
 fn ready(phase: VmPhase) -> Parts {
-    if phase == VmPhase::Running {
-        (Status::True, reason::RUNNING, String::new())
-    } else {
-        (
-            Status::False,
-            phase.as_str(),
-            format!("the VM is {}", phase.as_str()),
-        )
-    }
+    let why = match phase {
+        VmPhase::Running => return (Status::True, reason::RUNNING, String::new()),
+        VmPhase::Pending => reason::PENDING,
+        VmPhase::Succeeded => reason::SUCCEEDED,
+        VmPhase::Failed => reason::FAILED,
+    };
+    (Status::False, why, format!("the VM is {why}"))
 }
 
 fn images_resolved(resolution: &VmResolution) -> Parts {
