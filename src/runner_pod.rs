@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, Pod, PodSpec, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::{Resource, ResourceExt};
 
 use crate::api::{ResolvedImage, VirtualMachine, VmPhase};
@@ -211,6 +211,38 @@ pub fn pod_images(pod: &Pod) -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// How long a pod that neither a scheduler nor a kubelet has reported on yet counts as
+/// starting: its VM's status is not written for it meanwhile (it shows the next state).
+pub const STARTING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether no scheduler or kubelet has reported on `pod` yet (no container statuses, no
+/// scheduling verdict) while it is younger than [`STARTING_GRACE`] at `now`; then the
+/// time left.
+#[must_use]
+pub fn pod_starting(pod: &Pod, now: &Time) -> Option<std::time::Duration> {
+    let status = pod.status.as_ref();
+    let reported = status.is_some_and(|s| {
+        s.container_statuses.as_ref().is_some_and(|c| !c.is_empty())
+            || s.init_container_statuses
+                .as_ref()
+                .is_some_and(|c| !c.is_empty())
+            || s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+            || s.phase.as_deref().is_some_and(|p| p != "Pending")
+    });
+    if reported {
+        return None;
+    }
+    let created = pod.metadata.creation_timestamp.as_ref()?;
+    let age = now.0.duration_since(created.0);
+    let age = std::time::Duration::try_from(age).ok()?;
+    STARTING_GRACE
+        .checked_sub(age)
+        .filter(|left| !left.is_zero())
 }
 
 /// The VM phase a pod's status shows: `Running` once the runner container is ready.

@@ -22,6 +22,9 @@ pub struct RunArgs {
     /// Most pod recreations for liveReload per minute, over all VMs; 0 for no limit.
     #[arg(long, default_value_t = 60)]
     pub max_recreates_per_minute: u32,
+    /// Most VirtualMachine reconciles at once, and so API requests in flight for them.
+    #[arg(long, default_value_t = operator::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
     /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
@@ -74,6 +77,7 @@ impl RunArgs {
             allowed_registries: (!self.allowed_registries.is_empty())
                 .then(|| self.allowed_registries.clone()),
             max_recreates_per_minute: self.max_recreates_per_minute,
+            concurrency: self.concurrency,
         }
     }
 }

@@ -12,6 +12,7 @@ use super::metrics::Metrics;
 use super::pod_expectations::PodExpectations;
 use super::recreation_budget::RecreationBudget;
 use super::rule_index::{RuleChange, RuleIndex};
+use super::status_memory::StatusMemory;
 use super::{Options, Progress};
 use crate::api_requests::ApiRequests;
 
@@ -44,6 +45,8 @@ pub struct Context {
     pub rules: RuleIndex,
     pub expectations: PodExpectations,
     pub budget: RecreationBudget,
+    /// VM statuses written but not yet in the cache.
+    pub status_memory: StatusMemory,
     pub observers: Observers,
     /// Woken when mapping statuses may need an update.
     pub mapping_status_due: Notify,
@@ -64,6 +67,7 @@ impl Context {
             caches,
             rules: RuleIndex::default(),
             expectations: PodExpectations::default(),
+            status_memory: StatusMemory::default(),
             observers,
             mapping_status_due: Notify::new(),
         }

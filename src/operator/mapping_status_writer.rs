@@ -41,6 +41,8 @@ pub async fn run(ctx: Arc<Context>) {
                 .get(&ObjectRef::new(name).within(ns))
                 .is_some()
         });
+        ctx.status_memory
+            .retain(|vm| ctx.caches.vms.get(vm).is_some());
         progress.status_pass_done(covered);
         if failed > 0 {
             ctx.mapping_status_due.notify_one();
@@ -52,13 +54,14 @@ pub async fn run(ctx: Arc<Context>) {
 /// `namespace/name` of the VMs in scope whose pod waits for a restart.
 fn awaiting_restart(ctx: &Context, vms: &[VmView<'_>]) -> BTreeSet<String> {
     let rules = ctx.rules.current();
+    let now = conditions::now();
     vms.iter()
         .filter(|v| !v.vm.spec.live_reload)
         .filter(|v| {
             let pods = ctx.caches.pods_of(v.vm);
             let pods: Vec<_> = pods.iter().map(AsRef::as_ref).collect();
             let live = v.resolve(&rules, &ctx.options.default_runner_image, Mode::Live);
-            vm_plan::awaits_restart(v.vm, &pods, &live)
+            vm_plan::awaits_restart(v.vm, &pods, &live, &now)
         })
         .map(|v| vm_key(v.vm))
         .collect()

@@ -24,6 +24,7 @@ mod progress;
 mod recreation_budget;
 mod rule_index;
 mod rules_watcher;
+mod status_memory;
 mod trigger;
 mod vm_reconciler;
 mod writes;
@@ -43,7 +44,7 @@ use serde::de::DeserializeOwned;
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
 pub use leader::{LeaderElection, run_elected};
-pub use options::Options;
+pub use options::{DEFAULT_CONCURRENCY, Options};
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
 pub use writes::FIELD_MANAGER;
@@ -266,7 +267,9 @@ pub async fn run_with(
         })
     };
     let progress = Arc::clone(&observers.progress);
+    let config = kube::runtime::controller::Config::default().concurrency(ctx.options.concurrency);
     let controller = Controller::for_stream(watches.vms, vms)
+        .with_config(config)
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(vm_reconciler::reconcile, vm_reconciler::error_policy, ctx)

@@ -14,7 +14,12 @@ pub struct Options {
     pub allowed_registries: Option<Vec<String>>,
     /// Most liveReload pod recreations per minute, over all VMs; 0: no limit.
     pub max_recreates_per_minute: u32,
+    /// Most VM reconciles at once (and so API requests in flight for them).
+    pub concurrency: u16,
 }
+
+/// The default of [`Options::concurrency`].
+pub const DEFAULT_CONCURRENCY: u16 = 32;
 
 impl Default for Options {
     fn default() -> Self {
@@ -23,6 +28,7 @@ impl Default for Options {
             namespaces: Vec::new(),
             allowed_registries: None,
             max_recreates_per_minute: 0,
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 }

@@ -70,8 +70,10 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
     if !ctx.options.acts_in(&namespace) || vm.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let plan = observe_and_plan(vm, ctx, &namespace);
-    apply(vm, ctx, &namespace, &plan).await
+    // The status this operator wrote may not be in the cache yet: plan from the latest.
+    let latest = ctx.status_memory.latest(vm);
+    let plan = observe_and_plan(&latest, ctx, &namespace);
+    apply(vm, &latest, ctx, &namespace, &plan).await
 }
 
 /// Observes the VM's resolution and pods from the caches, and plans.
@@ -95,9 +97,11 @@ fn observe_and_plan(vm: &VirtualMachine, ctx: &Context, namespace: &str) -> Plan
     })
 }
 
-/// Applies a plan: warnings, the status, the pod actions, then the other Events.
+/// Applies a plan: warnings, the status, the pod actions, then the other Events. `vm` is
+/// the cached object, `latest` the same with the status this operator wrote last.
 async fn apply(
     vm: &VirtualMachine,
+    latest: &VirtualMachine,
     ctx: &Context,
     namespace: &str,
     plan: &Plan,
@@ -105,20 +109,24 @@ async fn apply(
     // Warnings about a state the status is entering go out before the status is written,
     // so a crash in between repeats them rather than losing them.
     publish(&ctx.recorder, vm, plan.events.iter().filter(|e| e.warning)).await;
-    let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), namespace);
-    let written = apply_status(&api, &vm.name_any(), vm.status.as_ref(), &plan.status)
-        .await
-        .map_err(|source| ReconcileError::Status {
-            vm: name_of(vm),
-            source,
-        })?;
-    if written == Written::Gone {
-        return Ok(Action::await_change());
+    if plan.write_status {
+        let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), namespace);
+        let written = apply_status(&api, &vm.name_any(), latest.status.as_ref(), &plan.status)
+            .await
+            .map_err(|source| ReconcileError::Status {
+                vm: name_of(vm),
+                source,
+            })?;
+        match written {
+            Written::Gone => return Ok(Action::await_change()),
+            Written::Changed => ctx.status_memory.wrote(vm, plan.status.clone()),
+            Written::Unchanged => {}
+        }
     }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let vm_ref = ObjectRef::from_obj(vm);
-    let mut requeue = plan.waiting.then_some(WAITING_RECHECK);
+    let mut requeue = plan.waiting.then_some(WAITING_RECHECK).or(plan.recheck);
     for action in &plan.actions {
         match action {
             PodAction::Create(pod) => {

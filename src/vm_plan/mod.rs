@@ -1,10 +1,11 @@
 //! What to do for one VirtualMachine, decided from what is observed: its spec and status,
 //! its live pods and its resolved images. Pure; the reconciler applies the plan.
 //!
-//! Crash safety: the plan's status is written before its pod actions run, pod names are
-//! derived from (VM uid, restart count, images hash), and the live pods decide — a pod of an
-//! older restart count is stale and deleted, a second pod is never created while another one
-//! is live or terminating.
+//! Crash safety: pod names are derived from (VM uid, restart count, images hash), and the
+//! live pods decide — a pod of an older restart count is stale and deleted, a second pod is
+//! never created while another one is live or terminating. A new restart count is written to
+//! the status before the pod of that count is created. Otherwise the status is written once
+//! the pods have settled (no pod action under way, no pod starting): one write per change.
 //!
 //! The plan is three steps, each its own module: [`pod_decision`] (which pods to create,
 //! replace or delete), [`conditions`] (the VM's conditions) and [`events`] (what a user must
@@ -13,6 +14,8 @@
 pub mod conditions;
 pub mod events;
 pub mod pod_decision;
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -69,6 +72,11 @@ pub struct Plan {
     pub events: Vec<VmEvent>,
     /// Waiting for the cache to show a created pod or a deletion to finish.
     pub waiting: bool,
+    /// Whether to write `status` now (when it differs from the VM's): a new restart count
+    /// goes before the actions; otherwise the status waits until the pods have settled.
+    pub write_status: bool,
+    /// Look again after this long although nothing changes (a starting pod's grace ends).
+    pub recheck: Option<Duration>,
 }
 
 /// Decides the status, pod actions and Events for one VM.
@@ -85,10 +93,12 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
             actions: Vec::new(),
             events: Vec::new(),
             waiting: true,
+            write_status: false,
+            recheck: None,
         };
     }
     let images = obs.resolution.images();
-    let pods = pod_decision::decide(vm, &prev, &obs.pods, &images);
+    let pods = pod_decision::decide(vm, &prev, &obs.pods, &images, &obs.now);
     let conditions = conditions::conditions(
         &prev.conditions,
         vm.metadata.generation,
@@ -98,7 +108,13 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         &pods.images,
     );
     let events = events::events(&pods.transitions, &prev.conditions, &conditions);
+    let settling = !pods.actions.is_empty() || pods.waiting || pods.starting.is_some();
+    // A warning's state is written at once, or the next pass would warn again.
+    let write_status =
+        pods.restart_count != prev.restart_count || !settling || events.iter().any(|e| e.warning);
     Plan {
+        write_status,
+        recheck: pods.starting,
         status: VirtualMachineStatus {
             phase: pods.phase,
             pod_name: pods.pod_name,
@@ -116,11 +132,16 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
 /// Whether the VM's pod runs older images and waits for a restart because liveReload is
 /// off: what step 1 decides for the VM, its pods and its live resolution.
 #[must_use]
-pub fn awaits_restart(vm: &VirtualMachine, pods: &[&Pod], resolution: &VmResolution) -> bool {
+pub fn awaits_restart(
+    vm: &VirtualMachine,
+    pods: &[&Pod],
+    resolution: &VmResolution,
+    now: &Time,
+) -> bool {
     let prev = vm.status.clone().unwrap_or_default();
     let images = resolution.images();
     matches!(
-        pod_decision::decide(vm, &prev, pods, &images).images,
+        pod_decision::decide(vm, &prev, pods, &images, now).images,
         PodImages::RestartRequired(_)
     )
 }

@@ -2,8 +2,10 @@
 //! delete, and the phase, pod name and restart count that follow.
 
 use std::fmt;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::api::{ResolvedImage, RestartPolicy, VirtualMachine, VirtualMachineStatus, VmPhase};
@@ -112,6 +114,8 @@ pub struct PodDecision {
     pub transitions: Vec<PodTransition>,
     /// Waiting for a deletion to finish before creating.
     pub waiting: bool,
+    /// The current pod is starting (see [`runner_pod::pod_starting`]), for this long yet.
+    pub starting: Option<Duration>,
     pub images: PodImages,
 }
 
@@ -134,6 +138,7 @@ fn delete(pod: &Pod) -> PodAction {
 struct Inputs<'a> {
     vm: &'a VirtualMachine,
     images: &'a [ResolvedImage],
+    now: &'a Time,
     desired_hash: Option<String>,
     /// A stale, extra or terminating pod exists: no pod may be created now.
     blocked: bool,
@@ -166,6 +171,9 @@ impl Inputs<'_> {
         out.pod_name = Some(pod.name_any());
         let phase = pod_phase(pod);
         out.phase = Some(phase);
+        if phase == VmPhase::Pending {
+            out.starting = runner_pod::pod_starting(pod, self.now);
+        }
         let finished = matches!(phase, VmPhase::Succeeded | VmPhase::Failed);
         if finished && should_restart(policy, phase) && self.desired_hash.is_some() {
             // The finished pod is deleted in this pass; creation waits for it.
@@ -207,7 +215,15 @@ impl Inputs<'_> {
     /// The VM has no pod, live or terminating: start one if its phase and policy say so.
     fn without_pod(&self, out: &mut PodDecision, previous: Option<VmPhase>) {
         let policy = self.vm.spec.restart_policy;
+        // The status names the pod it saw last; pod names derive from (uid, restart count,
+        // images), so a liveReload VM whose last pod ran other images had it replaced.
+        let replaced = self.vm.spec.live_reload
+            && self.desired_hash.as_deref().is_some_and(|hash| {
+                out.pod_name.as_deref()
+                    != Some(runner_pod::pod_name(self.vm, out.restart_count, hash).as_str())
+            });
         let phase = match previous {
+            Some(VmPhase::Running) if replaced => VmPhase::Pending,
             // The pod of a running VM vanished.
             Some(VmPhase::Running) => VmPhase::Failed,
             Some(p) => p,
@@ -236,6 +252,7 @@ pub fn decide(
     prev: &VirtualMachineStatus,
     pods: &[&Pod],
     images: &[ResolvedImage],
+    now: &Time,
 ) -> PodDecision {
     let restart_count = prev.restart_count;
     let desired_hash = runner_pod::images_hash(images);
@@ -246,6 +263,7 @@ pub fn decide(
         actions: Vec::new(),
         transitions: Vec::new(),
         waiting: false,
+        starting: None,
         images: PodImages::Current,
     };
 
@@ -269,6 +287,7 @@ pub fn decide(
     let inputs = Inputs {
         vm,
         images,
+        now,
         blocked: !terminating.is_empty() || !stale.is_empty() || !extra.is_empty(),
         desired_hash,
     };

@@ -53,7 +53,9 @@ fn run(vm: &VirtualMachine, pods: &[Pod], res: &VmResolution) -> Plan {
 /// Applies a plan as the reconciler and the API server would: status written, pods created
 /// and deleted (deletion of an unscheduled pod is immediate).
 fn apply(vm: &mut VirtualMachine, pods: &mut Vec<Pod>, plan: &Plan) {
-    vm.status = Some(plan.status.clone());
+    if plan.write_status {
+        vm.status = Some(plan.status.clone());
+    }
     for a in &plan.actions {
         match a {
             PodAction::Create(p) => pods.push((**p).clone()),
@@ -64,6 +66,20 @@ fn apply(vm: &mut VirtualMachine, pods: &mut Vec<Pod>, plan: &Plan) {
             }
         }
     }
+}
+
+/// Plans and applies until nothing is left to do, as the reconciler does on the events its
+/// own writes cause; returns the last plan.
+fn settle(vm: &mut VirtualMachine, pods: &mut Vec<Pod>, res: &VmResolution) -> Plan {
+    let mut p = run(vm, pods, res);
+    for _ in 0..3 {
+        apply(vm, pods, &p);
+        if p.actions.is_empty() {
+            break;
+        }
+        p = run(vm, pods, res);
+    }
+    p
 }
 
 fn set_pod_phase(pod: &mut Pod, phase: &str, runner_ready: bool) {
@@ -109,8 +125,7 @@ fn new_vm_gets_a_pod_and_steady_state_changes_nothing() {
 fn live_reload_replaces_the_pod_with_new_images() {
     let mut v = vm(true, "Always");
     let mut pods = Vec::new();
-    let p = run(&v, &pods, &resolution("disk:1"));
-    apply(&mut v, &mut pods, &p);
+    settle(&mut v, &mut pods, &resolution("disk:1"));
     let old = pods[0].name_any();
     let p = run(&v, &pods, &resolution("disk:2"));
     let [PodAction::Replace { name, new, .. }] = &p.actions[..] else {
@@ -124,10 +139,15 @@ fn live_reload_replaces_the_pod_with_new_images() {
         "{}",
         p.events[0].message
     );
+    // The replacement writes no status: the pods settle first.
+    assert!(!p.write_status);
     apply(&mut v, &mut pods, &p);
     assert_eq!(pods.len(), 1);
     assert_ne!(pods[0].name_any(), old);
     assert_eq!(pod_images(&pods[0])["rootDisk"], "disk:2");
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(p.write_status && p.actions.is_empty());
+    apply(&mut v, &mut pods, &p);
     assert_eq!(v.status.as_ref().unwrap().restart_count, 0);
     // The replacement is current: nothing more to do, nothing more to write.
     let again = run(&v, &pods, &resolution("disk:2"));
@@ -233,8 +253,7 @@ fn a_vanished_pod_is_replaced_per_policy() {
 fn stale_and_terminating_pods_block_creation() {
     let mut v = vm(false, "Always");
     let mut pods = Vec::new();
-    let p = run(&v, &pods, &resolution("disk:1"));
-    apply(&mut v, &mut pods, &p);
+    settle(&mut v, &mut pods, &resolution("disk:1"));
     // A crash after the restart count was persisted, before the old pod was deleted.
     v.status.as_mut().unwrap().restart_count = 1;
     let p = run(&v, &pods, &resolution("disk:1"));
@@ -285,8 +304,7 @@ fn unresolved_images_leave_the_pod_alone_and_say_why() {
 fn transition_times_are_kept_while_a_condition_holds() {
     let mut v = vm(false, "Always");
     let mut pods = Vec::new();
-    let p = run(&v, &pods, &resolution("disk:1"));
-    apply(&mut v, &mut pods, &p);
+    let p = settle(&mut v, &mut pods, &resolution("disk:1"));
     let later = Time(Timestamp::from_second(1_900_000_000).unwrap());
     let p2 = plan(&Observation {
         vm: &v,
@@ -306,9 +324,14 @@ fn a_pod_awaits_a_restart_only_without_live_reload() {
         let p = run(&v, &pods, &resolution("disk:1"));
         apply(&mut v, &mut pods, &p);
         let pod_refs: Vec<&Pod> = pods.iter().collect();
-        assert!(!awaits_restart(&v, &pod_refs, &resolution("disk:1")));
+        assert!(!awaits_restart(
+            &v,
+            &pod_refs,
+            &resolution("disk:1"),
+            &now()
+        ));
         assert_eq!(
-            awaits_restart(&v, &pod_refs, &resolution("disk:2")),
+            awaits_restart(&v, &pod_refs, &resolution("disk:2"), &now()),
             !live_reload,
             "liveReload {live_reload}"
         );
@@ -319,4 +342,69 @@ fn a_pod_awaits_a_restart_only_without_live_reload() {
             !live_reload
         );
     }
+}
+
+#[test]
+fn a_starting_pod_defers_the_status_write_until_it_runs_or_its_grace_ends() {
+    let mut v = vm(false, "Always");
+    let mut pods = Vec::new();
+    // The create itself writes nothing: the pod name is derived, the restart count unchanged.
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(matches!(&p.actions[..], [PodAction::Create(_)]) && !p.write_status);
+    apply(&mut v, &mut pods, &p);
+    // Created just now, untouched by a scheduler or kubelet: starting.
+    pods[0].metadata.creation_timestamp = Some(now());
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(!p.write_status);
+    assert_eq!(p.recheck, Some(crate::runner_pod::STARTING_GRACE));
+    // Running: one write, with the phase it reached.
+    set_pod_phase(&mut pods[0], "Running", true);
+    let p = run(&v, &pods, &resolution("disk:1"));
+    assert!(p.write_status && p.recheck.is_none());
+    assert_eq!(p.status.phase, Some(VmPhase::Running));
+    // Still untouched when its grace ends: Pending is written.
+    let mut stuck = pods[0].clone();
+    stuck.status = None;
+    let later = Time(Timestamp::from_second(1_800_000_005).unwrap());
+    let p = plan(&Observation {
+        vm: &v,
+        pods: vec![&stuck],
+        resolution: &resolution("disk:1"),
+        expected_pod: None,
+        now: later,
+    });
+    assert!(p.write_status && p.recheck.is_none());
+    assert_eq!(p.status.phase, Some(VmPhase::Pending));
+}
+
+#[test]
+fn a_replaced_pod_that_terminated_first_is_followed_without_a_restart() {
+    let mut v = vm(true, "Always");
+    let mut pods = Vec::new();
+    settle(&mut v, &mut pods, &resolution("disk:1"));
+    set_pod_phase(&mut pods[0], "Running", true);
+    settle(&mut v, &mut pods, &resolution("disk:1"));
+    assert_eq!(v.status.as_ref().unwrap().phase, Some(VmPhase::Running));
+    // The replacement deletes the running pod, which terminates first: nothing is written.
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(matches!(&p.actions[..], [PodAction::Replace { .. }]) && !p.write_status);
+    // The old pod is gone; the status still names it, Running. Its name says it ran other
+    // images: the new pod follows at the same restart count, without a Restarting event.
+    let p = run(&v, &[], &resolution("disk:2"));
+    assert!(
+        matches!(&p.actions[..], [PodAction::Create(_)]),
+        "{:?}",
+        p.actions
+    );
+    assert_eq!(p.status.restart_count, 0);
+    assert!(p.events.iter().all(|e| e.reason != "Restarting"));
+    // A pod of the current images that vanishes is a failure, restarted by the policy.
+    let mut w = vm(true, "Always");
+    let mut pods = Vec::new();
+    settle(&mut w, &mut pods, &resolution("disk:1"));
+    set_pod_phase(&mut pods[0], "Running", true);
+    settle(&mut w, &mut pods, &resolution("disk:1"));
+    let p = run(&w, &[], &resolution("disk:1"));
+    assert_eq!(p.status.restart_count, 1);
+    assert_eq!(p.events[0].reason, "Restarting");
 }
