@@ -13,7 +13,7 @@ use crate::conditions::{Conditions, Status, kind, reason};
 use crate::rules::{
     MappingKey, Mode, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
 };
-use crate::vm_images::VmView;
+use crate::vm_images::{Resolutions, VmView};
 
 /// `namespace/name` of a VM.
 #[must_use]
@@ -82,15 +82,16 @@ struct VmTally {
 }
 
 impl VmTally {
-    fn count(
-        preview: &RuleSet,
-        vms: &[VmView<'_>],
+    fn count<'a>(
+        preview: &'a RuleSet,
+        vms: &[VmView<'a>],
         awaiting_restart: &BTreeSet<String>,
-        default_runner_image: &str,
+        default_runner_image: &'a str,
     ) -> VmTally {
         let mut tally = VmTally::default();
+        let mut resolutions = Resolutions::new(preview, default_runner_image, Mode::Preview);
         for v in vms {
-            let res = v.resolve(preview, default_runner_image, Mode::Preview);
+            let res = resolutions.of(*v);
             let name = vm_key(v.vm);
             let awaiting = awaiting_restart.contains(&name);
             for slot in &res.slots {
@@ -163,12 +164,12 @@ fn problems_by_mapping(preview: &RuleSet, ties: Ties) -> BTreeMap<MappingKey, Ve
 /// taking part (`preview`), the VMs, and which of them (`namespace/name`) wait for a restart
 /// (see [`crate::vm_plan::awaits_restart`]).
 #[must_use]
-pub fn mapping_statuses(
-    preview: &RuleSet,
+pub fn mapping_statuses<'a>(
+    preview: &'a RuleSet,
     mappings: &[MappingView<'_>],
-    vms: &[VmView<'_>],
+    vms: &[VmView<'a>],
     awaiting_restart: &BTreeSet<String>,
-    default_runner_image: &str,
+    default_runner_image: &'a str,
     now: &Time,
 ) -> MappingStatuses {
     let mut tally = VmTally::count(preview, vms, awaiting_restart, default_runner_image);

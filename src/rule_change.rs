@@ -1,21 +1,29 @@
 //! Which VMs a change of rules affects: those whose live resolution differs between the
 //! rules before and after. Pure.
 
+use std::collections::HashMap;
+
 use crate::api::VirtualMachine;
 use crate::rules::{Mode, RuleSet};
 use crate::vm_images::VmView;
 
-/// The VMs whose live resolution differs between two rule sets.
+/// The VMs whose live resolution differs between two rule sets. VMs that ask for the same
+/// images in the same place are compared once.
 pub fn affected_vms<'a>(
     old: &RuleSet,
     new: &RuleSet,
     vms: impl IntoIterator<Item = VmView<'a>>,
-    default_runner_image: &str,
+    default_runner_image: &'a str,
 ) -> Vec<&'a VirtualMachine> {
+    let mut differs = HashMap::new();
     vms.into_iter()
         .filter(|v| {
-            v.resolve(old, default_runner_image, Mode::Live)
-                != v.resolve(new, default_runner_image, Mode::Live)
+            *differs
+                .entry(v.key(default_runner_image))
+                .or_insert_with(|| {
+                    v.resolve(old, default_runner_image, Mode::Live)
+                        != v.resolve(new, default_runner_image, Mode::Live)
+                })
         })
         .map(|v| v.vm)
         .collect()

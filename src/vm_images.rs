@@ -1,7 +1,7 @@
 //! The image slots of a VirtualMachine and their resolution through a [`RuleSet`].
 //! Pure: the operator and `imagemap resolve` both call it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kube::ResourceExt;
 
@@ -156,6 +156,68 @@ impl VmView<'_> {
     }
 }
 
+/// Everything a VM's resolution depends on: VMs with equal keys resolve alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ResolutionKey<'a> {
+    namespace: Option<&'a str>,
+    labels: &'a BTreeMap<String, String>,
+    namespace_labels: &'a BTreeMap<String, String>,
+    root_disk: &'a str,
+    kernel: Option<&'a str>,
+    extra: Vec<(&'a str, Option<&'a str>)>,
+    runner: &'a str,
+}
+
+impl<'a> VmView<'a> {
+    /// What this VM's resolution depends on.
+    #[must_use]
+    pub fn key(&self, default_runner_image: &'a str) -> ResolutionKey<'a> {
+        let spec = &self.vm.spec;
+        ResolutionKey {
+            namespace: self.vm.metadata.namespace.as_deref(),
+            labels: self.vm.labels(),
+            namespace_labels: self.namespace_labels,
+            root_disk: &spec.guest.root_disk.image,
+            kernel: spec.guest.kernel_image.as_deref(),
+            extra: spec
+                .extra_init_containers
+                .iter()
+                .map(|c| (c.name.as_str(), c.image.as_deref()))
+                .collect(),
+            runner: spec.runner_image.as_deref().unwrap_or(default_runner_image),
+        }
+    }
+}
+
+/// Resolutions under one rule set, computed once per distinct [`ResolutionKey`]: VMs that
+/// ask for the same images in the same place cost one resolution.
+pub struct Resolutions<'a> {
+    set: &'a RuleSet,
+    default_runner_image: &'a str,
+    mode: Mode,
+    memo: HashMap<ResolutionKey<'a>, VmResolution>,
+}
+
+impl<'a> Resolutions<'a> {
+    #[must_use]
+    pub fn new(set: &'a RuleSet, default_runner_image: &'a str, mode: Mode) -> Self {
+        Resolutions {
+            set,
+            default_runner_image,
+            mode,
+            memo: HashMap::new(),
+        }
+    }
+
+    /// The resolution of `view`'s VM.
+    pub fn of(&mut self, view: VmView<'a>) -> &VmResolution {
+        let (set, runner, mode) = (self.set, self.default_runner_image, self.mode);
+        self.memo
+            .entry(view.key(runner))
+            .or_insert_with(|| view.resolve(set, runner, mode))
+    }
+}
+
 /// Resolves every slot of `vm`. `namespace_labels` are the labels of the VM's namespace.
 #[must_use]
 pub fn resolve_vm(
@@ -303,5 +365,37 @@ mod tests {
                 .contains("not a valid reference")
         );
         assert!(!res.all_resolved());
+    }
+
+    #[test]
+    fn vms_asking_alike_share_one_resolution() {
+        let set = RuleSet::default();
+        let labels = BTreeMap::new();
+        let (a, b) = (
+            vm("guest: {rootDisk: {image: 'disk:1'}}"),
+            vm("guest: {rootDisk: {image: 'disk:1'}}"),
+        );
+        let mut c = vm("guest: {rootDisk: {image: 'disk:1'}}");
+        c.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+        let d = vm("guest: {rootDisk: {image: 'disk:2'}}");
+        let view = |vm| VmView {
+            vm,
+            namespace_labels: &labels,
+        };
+        assert_eq!(view(&a).key("r"), view(&b).key("r"));
+        assert_ne!(
+            view(&a).key("r"),
+            view(&c).key("r"),
+            "labels select mappings"
+        );
+        assert_ne!(view(&a).key("r"), view(&d).key("r"));
+        let mut resolutions = Resolutions::new(&set, "r", Mode::Live);
+        for v in [&a, &b, &c, &d] {
+            assert_eq!(
+                resolutions.of(view(v)),
+                &view(v).resolve(&set, "r", Mode::Live)
+            );
+        }
+        assert_eq!(resolutions.memo.len(), 3);
     }
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
@@ -11,7 +12,7 @@ use tokio::sync::watch;
 use super::Options;
 use super::pod_index::PodIndex;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use crate::rules::MappingInput;
+use crate::rules::{MappingInput, Scope};
 use crate::runner_pod::VM_LABEL;
 use crate::vm_images::{self, VmView};
 
@@ -103,6 +104,36 @@ impl Caches {
             .collect()
     }
 
+    /// What identifies the mappings in force as compiled: kind, namespace, name, uid and
+    /// generation of each (a status write changes none of them).
+    #[must_use]
+    pub fn mappings_fingerprint(&self, options: &Options) -> MappingsFingerprint {
+        let id = |scope: Scope, meta: &ObjectMeta| {
+            (
+                scope,
+                meta.namespace.clone(),
+                meta.name.clone(),
+                meta.uid.clone(),
+                meta.generation,
+            )
+        };
+        let mut out: MappingsFingerprint = self
+            .mappings
+            .state()
+            .iter()
+            .filter(|m| options.acts_in(&m.namespace().unwrap_or_default()))
+            .map(|m| id(Scope::Namespaced, &m.metadata))
+            .chain(
+                self.cluster_mappings
+                    .state()
+                    .iter()
+                    .map(|m| id(Scope::Cluster, &m.metadata)),
+            )
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The cached VMs the operator acts on, with their namespaces' labels.
     #[must_use]
     pub fn vms_in_scope(&self, options: &Options) -> VmsInScope {
@@ -127,6 +158,15 @@ impl Caches {
         }
     }
 }
+
+/// See [`Caches::mappings_fingerprint`].
+pub type MappingsFingerprint = Vec<(
+    Scope,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+)>;
 
 /// The VMs the operator acts on, with their namespaces' labels.
 pub struct VmsInScope {

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::Notify;
 
 use super::caches::Caches;
+use super::events::EventRecorder;
 use super::health::Health;
 use super::metrics::Metrics;
 use super::pod_expectations::PodExpectations;
@@ -40,7 +40,7 @@ impl Observers {
 pub struct Context {
     pub client: Client,
     pub options: Options,
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     pub caches: Caches,
     pub rules: RuleIndex,
     pub expectations: PodExpectations,
@@ -53,14 +53,16 @@ pub struct Context {
 }
 
 impl Context {
-    #[must_use]
-    pub fn new(client: Client, options: Options, caches: Caches, observers: Observers) -> Context {
-        let reporter = Reporter {
-            controller: "imagemap".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        Context {
-            recorder: Recorder::new(client.clone(), reporter),
+    /// The context, and the task that sends its queued Events.
+    pub fn new(
+        client: Client,
+        options: Options,
+        caches: Caches,
+        observers: Observers,
+    ) -> (Context, impl Future<Output = ()> + Send + 'static) {
+        let (recorder, event_sender) = EventRecorder::new(client.clone());
+        let ctx = Context {
+            recorder,
             client,
             budget: RecreationBudget::new(options.max_recreates_per_minute),
             options,
@@ -70,7 +72,8 @@ impl Context {
             status_memory: StatusMemory::default(),
             observers,
             mapping_status_due: Notify::new(),
-        }
+        };
+        (ctx, event_sender)
     }
 
     /// Compiles the cached mappings and puts them in force.

@@ -1,14 +1,25 @@
-//! Recording a plan's Events on its VM.
+//! Recording a plan's Events on its VM (`events.k8s.io/v1`). Each Event is created once,
+//! with a name the API server generates: no cache of past Events, no read-modify-write.
+//! Warnings are recorded before the status is written; the other Events go through a queue,
+//! off the reconcile's path.
 
-use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource};
+use tokio::sync::mpsc;
 
 use crate::api::VirtualMachine;
 use crate::vm_plan::VmEvent;
 
 /// The API server refuses Event notes over 1 KiB.
 const NOTE_LIMIT: usize = 1024;
+/// Events waiting for the sender task; a reconcile waits when it is full.
+const QUEUE: usize = 4096;
+/// The controller named in every Event.
+const CONTROLLER: &str = "imagemap.dev/operator";
 
 /// `text` cut to at most `limit` bytes on a character boundary, with an ellipsis when cut.
 fn truncate_note(text: &str, limit: usize) -> String {
@@ -23,33 +34,99 @@ fn truncate_note(text: &str, limit: usize) -> String {
     format!("{}{ELLIPSIS}", &text[..end])
 }
 
-/// Records `events` on `vm`; a failure is logged, never fatal.
-pub async fn publish<'a>(
-    recorder: &Recorder,
-    vm: &VirtualMachine,
-    events: impl Iterator<Item = &'a VmEvent>,
-) {
-    for ev in events {
-        let event = Event {
-            type_: if ev.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: ev.reason.into(),
-            note: Some(truncate_note(&ev.message, NOTE_LIMIT)),
-            action: ev.reason.into(),
-            secondary: None,
+/// The Event recording `ev` on the object `regarding`, by `instance`.
+fn event(ev: &VmEvent, regarding: ObjectReference, instance: &str, now: Timestamp) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            // (A generated name's prefix may end with '-', not '.'.)
+            generate_name: Some(format!(
+                "{}-",
+                regarding.name.as_deref().unwrap_or("imagemap")
+            )),
+            namespace: regarding.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        action: Some(ev.reason.into()),
+        reason: Some(ev.reason.into()),
+        note: Some(truncate_note(&ev.message, NOTE_LIMIT)),
+        type_: Some(if ev.warning { "Warning" } else { "Normal" }.into()),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(regarding),
+        reporting_controller: Some(CONTROLLER.into()),
+        reporting_instance: Some(instance.into()),
+        ..Event::default()
+    }
+}
+
+/// Records Events: [`EventRecorder::record`] at once, [`EventRecorder::queue`] through the
+/// sender task.
+#[derive(Clone)]
+pub struct EventRecorder {
+    client: Client,
+    instance: String,
+    queue: mpsc::Sender<Event>,
+}
+
+impl EventRecorder {
+    /// A recorder and its sender task, which runs until every recorder is dropped.
+    pub fn new(client: Client) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
+        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| CONTROLLER.into());
+        let (queue, mut queued) = mpsc::channel::<Event>(QUEUE);
+        let sender_client = client.clone();
+        let sender = async move {
+            while let Some(event) = queued.recv().await {
+                create(&sender_client, &event).await;
+            }
         };
-        if let Err(e) = recorder.publish(&event, &vm.object_ref(&())).await {
-            tracing::warn!(vm = %ObjectRef::from_obj(vm), error = %e, "could not record event");
+        (
+            EventRecorder {
+                client,
+                instance,
+                queue,
+            },
+            sender,
+        )
+    }
+
+    fn events<'a>(
+        &self,
+        vm: &VirtualMachine,
+        events: impl Iterator<Item = &'a VmEvent>,
+    ) -> Vec<Event> {
+        let regarding = vm.object_ref(&());
+        events
+            .map(|ev| event(ev, regarding.clone(), &self.instance, Timestamp::now()))
+            .collect()
+    }
+
+    /// Records `events` on `vm` now; a failure is logged, never fatal.
+    pub async fn record<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a VmEvent>) {
+        for event in self.events(vm, events) {
+            create(&self.client, &event).await;
         }
+    }
+
+    /// Queues `events` on `vm` for the sender task.
+    pub async fn queue<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a VmEvent>) {
+        for event in self.events(vm, events) {
+            // Closed only when the operator stops.
+            let _ = self.queue.send(event).await;
+        }
+    }
+}
+
+async fn create(client: &Client, event: &Event) {
+    let ns = event.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    if let Err(e) = api.create(&PostParams::default(), event).await {
+        let about = event.regarding.as_ref().and_then(|r| r.name.as_deref());
+        tracing::warn!(vm = ?about, reason = ?event.reason, error = %e, "could not record event");
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::truncate_note;
+    use super::*;
 
     #[test]
     fn notes_are_cut_to_bytes_on_a_character_boundary() {
@@ -59,5 +136,27 @@ mod tests {
         assert!(cut.len() <= 1024, "{}", cut.len());
         assert!(cut.ends_with('…'));
         assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn an_event_names_its_vm_and_its_reporter() {
+        let regarding = ObjectReference {
+            kind: Some("VirtualMachine".into()),
+            namespace: Some("dev".into()),
+            name: Some("vm".into()),
+            ..ObjectReference::default()
+        };
+        let ev = VmEvent {
+            warning: true,
+            reason: "RestartRequired",
+            message: "the pod runs older images".into(),
+        };
+        let e = event(&ev, regarding, "pod-1", Timestamp::UNIX_EPOCH);
+        assert_eq!(e.metadata.generate_name.as_deref(), Some("vm-"));
+        assert_eq!(e.metadata.namespace.as_deref(), Some("dev"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reason.as_deref(), Some("RestartRequired"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("pod-1"));
+        assert_eq!(e.reporting_controller.as_deref(), Some(CONTROLLER));
     }
 }

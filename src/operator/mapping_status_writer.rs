@@ -15,7 +15,7 @@ use crate::api::{ClusterImageMapping, ImageMapping};
 use crate::conditions;
 use crate::mapping_status::{self, MappingView, vm_key};
 use crate::rules::{Mode, Scope};
-use crate::vm_images::VmView;
+use crate::vm_images::{Resolutions, VmView};
 use crate::vm_plan;
 
 /// How long a burst of VM reconciles is gathered into one status pass.
@@ -55,13 +55,13 @@ pub async fn run(ctx: Arc<Context>) {
 fn awaiting_restart(ctx: &Context, vms: &[VmView<'_>]) -> BTreeSet<String> {
     let rules = ctx.rules.current();
     let now = conditions::now();
+    let mut live = Resolutions::new(&rules, &ctx.options.default_runner_image, Mode::Live);
     vms.iter()
         .filter(|v| !v.vm.spec.live_reload)
         .filter(|v| {
             let pods = ctx.caches.pods_of(v.vm);
             let pods: Vec<_> = pods.iter().map(AsRef::as_ref).collect();
-            let live = v.resolve(&rules, &ctx.options.default_runner_image, Mode::Live);
-            vm_plan::awaits_restart(v.vm, &pods, &live, &now)
+            vm_plan::awaits_restart(v.vm, &pods, live.of(**v), &now)
         })
         .map(|v| vm_key(v.vm))
         .collect()

@@ -21,6 +21,7 @@ mod pod_expectations;
 mod pod_index;
 mod pod_watcher;
 mod progress;
+mod projection;
 mod recreation_budget;
 mod rule_index;
 mod rules_watcher;
@@ -52,6 +53,7 @@ pub use writes::FIELD_MANAGER;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::runner_pod::VM_LABEL;
 use health::Health;
+use projection::Projection;
 use rules_watcher::Change;
 use trigger::Trigger;
 
@@ -88,7 +90,8 @@ impl Drop for Tasks {
 }
 
 /// A reflected watch of every `K` (matching `config`), reporting each result to the
-/// liveness probe and marking `listed` once the store holds the first list.
+/// liveness probe, keeping of each object what its [`Projection`] leaves, and marking
+/// `listed` once the store holds the first list.
 fn reflected<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -98,6 +101,7 @@ fn reflected<K>(
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()>
+        + Projection
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
@@ -109,6 +113,7 @@ where
     watcher(api, config)
         .default_backoff()
         .inspect(move |r| health.watch_result(r.is_ok()))
+        .modify(K::project)
         .reflect(writer)
         .inspect(move |r| {
             if matches!(r, Ok(watcher::Event::InitDone)) {
@@ -222,15 +227,12 @@ pub async fn run_with(
     let health = Arc::clone(&observers.health);
     let watches = Watches::new(&client, &health);
     let (vms, listed) = (watches.caches.vms.clone(), watches.caches.listed.clone());
-    let ctx = Arc::new(Context::new(
-        client,
-        options,
-        watches.caches,
-        observers.clone(),
-    ));
+    let (ctx, event_sender) = Context::new(client, options, watches.caches, observers.clone());
+    let ctx = Arc::new(ctx);
     let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
     let (rules_ready, rules_compiled) = tokio::sync::oneshot::channel();
     let mut tasks = Tasks::default();
+    tasks.spawn("event sender", event_sender);
     tasks.spawn(
         "rules watcher",
         rules_watcher::run(

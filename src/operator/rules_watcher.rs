@@ -2,7 +2,7 @@
 //! the VMs whose images resolve differently — which also covers mappings deleted or
 //! changed while a watch was down.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
@@ -67,7 +67,19 @@ pub async fn run(
             }
         }
     }
+    let mut compiled = ctx.caches.mappings_fingerprint(&ctx.options);
     ctx.recompile();
+    let mut labels: HashMap<String, BTreeMap<String, String>> = ctx
+        .caches
+        .namespaces
+        .state()
+        .iter()
+        .map(|ns| {
+            let name = ns.name_any();
+            let l = ctx.caches.namespace_labels(&name);
+            (name, l)
+        })
+        .collect();
     ctx.mapping_status_due.notify_one();
     let _ = ready.send(());
 
@@ -77,11 +89,21 @@ pub async fn run(
         while let Some(Some(change)) = changes.next().now_or_never() {
             burst.add(change);
         }
+        // Only a change of what the rules are compiled from recompiles them: not a status
+        // write (this operator's own included), not a re-list that found the same mappings.
         if burst.rules {
-            apply_rule_change(&ctx, &trigger);
+            let now = ctx.caches.mappings_fingerprint(&ctx.options);
+            if now != compiled {
+                compiled = now;
+                apply_rule_change(&ctx, &trigger);
+            }
         }
         for ns in &burst.namespaces {
-            apply_namespace_change(&ctx, ns, &trigger);
+            let now = ctx.caches.namespace_labels(ns);
+            if labels.get(ns) != Some(&now) {
+                labels.insert(ns.clone(), now);
+                apply_namespace_change(&ctx, ns, &trigger);
+            }
         }
     }
 }

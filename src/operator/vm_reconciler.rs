@@ -10,7 +10,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
-use super::events::publish;
 use super::writes::{PodDeletion, Written, apply_status, create_pod, delete_pod, name_of};
 use crate::api::VirtualMachine;
 use crate::conditions;
@@ -108,7 +107,9 @@ async fn apply(
 ) -> Result<Action, ReconcileError> {
     // Warnings about a state the status is entering go out before the status is written,
     // so a crash in between repeats them rather than losing them.
-    publish(&ctx.recorder, vm, plan.events.iter().filter(|e| e.warning)).await;
+    ctx.recorder
+        .record(vm, plan.events.iter().filter(|e| e.warning))
+        .await;
     if plan.write_status {
         let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), namespace);
         let written = apply_status(&api, &vm.name_any(), latest.status.as_ref(), &plan.status)
@@ -157,7 +158,9 @@ async fn apply(
         }
     }
     // Reports of what was done follow the actions.
-    publish(&ctx.recorder, vm, plan.events.iter().filter(|e| !e.warning)).await;
+    ctx.recorder
+        .queue(vm, plan.events.iter().filter(|e| !e.warning))
+        .await;
     // Mapping statuses count VMs and list those awaiting a restart.
     ctx.mapping_status_due.notify_one();
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
