@@ -876,9 +876,9 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
     .await;
     e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
         .await;
-    // Unscheduled, so that deletion is immediate: the writes of a replacement in one pass.
+    // Scheduled onto the kwok nodes: each old pod terminates through its grace period.
     for i in 0..N {
-        e.add_unscheduled_vm(&format!("vm-{i:03}"), true, "Always", COMPUTE)
+        e.add_vm(&format!("vm-{i:03}"), true, "Always", COMPUTE)
             .await;
     }
     let limit = Duration::from_mins(3);
@@ -961,6 +961,8 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
     let event_writes = delta(&|k| k.is_write() && k.resource == "events");
     let mapping_writes = delta(&|k| k.is_write() && k.resource.ends_with("imagemappings/status"));
     let lists = delta(&|k| k.verb == "list");
+    let gets = delta(&|k| k.verb == "get");
+    let pod_writes = |verb: &str| delta(&|k| k.verb == verb && k.resource == "pods");
     #[allow(clippy::cast_precision_loss)] // A ratio of small counts for the report.
     let per_vm = |n: u64| n as f64 / N as f64;
     println!(
@@ -974,6 +976,9 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
             .collect::<Vec<_>>()
     );
     assert!(writes <= 3 * N as u64, "{writes} writes for {N} VMs");
+    assert_eq!(pod_writes("create"), N as u64, "one pod create per VM");
+    assert_eq!(pod_writes("delete"), N as u64, "one pod delete per VM");
+    assert_eq!(gets, 0, "no GET during the fan-out");
     let metrics = op.observers.metrics.render();
     assert!(
         metrics.contains(&format!("imagemap_pod_recreations_total {N}")),

@@ -15,7 +15,19 @@ use imagemap::rules::{CompileOptions, MappingInput, Mode, RuleSet};
 use imagemap::runner_pod;
 use imagemap::vm_images;
 
-use super::cluster::CONCURRENCY;
+use super::cluster::{CONCURRENCY, is_status, retry};
+
+/// Creates `pod`; one that exists already (a retried create) is done.
+async fn create(api: &Api<Pod>, pod: &Pod) -> anyhow::Result<()> {
+    retry("creating a pod", || async {
+        match api.create(&PostParams::default(), pod).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
+}
 
 const MANAGER: &str = "imagemap-bench-baseline";
 
@@ -73,8 +85,9 @@ pub async fn cold_start(
             let ns = vm.namespace().unwrap_or_default();
             let (pod, status) = desired(vm, rules)?;
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            pods.create(&PostParams::default(), &pod).await?;
-            patch_status(&Api::namespaced(client.clone(), &ns), vm, &status).await
+            create(&pods, &pod).await?;
+            let vms = Api::namespaced(client.clone(), &ns);
+            retry("patching a VM status", || patch_status(&vms, vm, &status)).await
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<()>()
@@ -94,12 +107,21 @@ pub async fn fan_out(
             let ns = vm.namespace().unwrap_or_default();
             let (old_pod, _) = desired(vm, old)?;
             let (pod, status) = desired(vm, new)?;
-            patch_status(&Api::namespaced(client.clone(), &ns), vm, &status).await?;
+            let vms = Api::namespaced(client.clone(), &ns);
+            retry("patching a VM status", || patch_status(&vms, vm, &status)).await?;
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            pods.delete(&old_pod.name_any(), &DeleteParams::default())
-                .await?;
-            pods.create(&PostParams::default(), &pod).await?;
-            anyhow::Ok(())
+            retry("deleting a pod", || async {
+                match pods
+                    .delete(&old_pod.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_status(&e, 404) => Ok(()),
+                    Err(e) => Err(e.into()),
+                }
+            })
+            .await?;
+            create(&pods, &pod).await
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<()>()

@@ -106,8 +106,16 @@ pub async fn create_vms(
         .map(|i| {
             let api = api.clone();
             async move {
-                let vm = vm(&format!("vm-{i:05}"), namespace)?;
-                anyhow::Ok(api.create(&PostParams::default(), &vm).await?)
+                let name = format!("vm-{i:05}");
+                let vm = vm(&name, namespace)?;
+                retry(&format!("creating VM {name}"), || async {
+                    match api.create(&PostParams::default(), &vm).await {
+                        Ok(vm) => Ok(vm),
+                        Err(e) if is_status(&e, 409) => Ok(api.get(&name).await?),
+                        Err(e) => Err(e.into()),
+                    }
+                })
+                .await
             }
         })
         .buffer_unordered(CONCURRENCY)
@@ -159,4 +167,32 @@ where
         Ok(result) => result,
         Err(_) => anyhow::bail!("{} of {n} converged within {limit:?}", ok.len()),
     }
+}
+
+/// Runs `op` until it succeeds, at most 5 times, waiting longer after each failure: an API
+/// server at its limit drops connections now and then. `op` must be safe to repeat (a
+/// create that already happened answers 409, which `op` treats as done).
+pub async fn retry<T, F, Fut>(what: &str, mut op: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut wait = Duration::from_millis(200);
+    for attempt in 1.. {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt < 5 => {
+                eprintln!("{what}: {e:#}; retrying");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            Err(e) => return Err(e.context(what.to_string())),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// Whether `e` is the API server's answer `code`.
+pub fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
 }

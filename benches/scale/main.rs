@@ -26,7 +26,7 @@ use kube::runtime::watcher;
 use imagemap::api::{ImageMapping, VirtualMachine, VmPhase};
 use imagemap::runner_pod::pod_images;
 
-use cluster::{CONCURRENCY, apply_mapping, converge, create_vms, target};
+use cluster::{CONCURRENCY, apply_mapping, converge, create_vms, retry, target};
 use operator_process::{OperatorProcess, Requests, delta};
 
 const LIMIT: Duration = Duration::from_mins(30);
@@ -53,20 +53,27 @@ fn pod_running(pod: &Pod, tag: u32) -> bool {
 async fn cleanup(client: &Client, ns: &str) -> anyhow::Result<()> {
     let now = DeleteParams::default().grace_period(0);
     let all = ListParams::default();
-    Api::<VirtualMachine>::namespaced(client.clone(), ns)
-        .delete_collection(&now, &all)
-        .await?;
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .delete_collection(&now, &all)
-        .await?;
-    Ok(())
+    let vms = Api::<VirtualMachine>::namespaced(client.clone(), ns);
+    retry("deleting the VMs", || async {
+        vms.delete_collection(&now, &all).await?;
+        Ok(())
+    })
+    .await?;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    retry("deleting the pods", || async {
+        pods.delete_collection(&now, &all).await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Live pods in `ns`, to check that no VM has two.
 async fn live_pods(client: &Client, ns: &str) -> anyhow::Result<usize> {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?;
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let pods = retry("listing pods", || async {
+        Ok(api.list(&ListParams::default()).await?)
+    })
+    .await?;
     Ok(pods
         .items
         .iter()
@@ -111,7 +118,7 @@ async fn operator(client: &Client, n: usize, ns: &str) -> anyhow::Result<Operato
     op.sample_peak();
     let before = op.requests()?;
     let started = Instant::now();
-    apply_mapping(client, ns, 2).await?;
+    retry("changing the mapping", || apply_mapping(client, ns, 2)).await?;
     converge(vms, all(), n, LIMIT, |vm| vm_settled(vm, 2)).await?;
     let fan_out = started.elapsed();
     let fan_out_requests = delta(&before, &op.requests()?);

@@ -43,7 +43,7 @@ pub struct Context {
     pub recorder: EventRecorder,
     pub caches: Caches,
     pub rules: RuleIndex,
-    pub expectations: PodExpectations,
+    pub expectations: Arc<PodExpectations>,
     pub budget: RecreationBudget,
     /// VM statuses written but not yet in the cache.
     pub status_memory: StatusMemory,
@@ -68,7 +68,7 @@ impl Context {
             options,
             caches,
             rules: RuleIndex::default(),
-            expectations: PodExpectations::default(),
+            expectations: Arc::default(),
             status_memory: StatusMemory::default(),
             observers,
             mapping_status_due: Notify::new(),

@@ -3,6 +3,7 @@
 //! Warnings are recorded before the status is written; the other Events go through a queue,
 //! off the reconcile's path.
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -18,6 +19,8 @@ use crate::vm_plan::VmEvent;
 const NOTE_LIMIT: usize = 1024;
 /// Events waiting for the sender task; a reconcile waits when it is full.
 const QUEUE: usize = 4096;
+/// Queued Events sent at once.
+const SENDERS: usize = 8;
 /// The controller named in every Event.
 const CONTROLLER: &str = "imagemap.dev/operator";
 
@@ -73,11 +76,13 @@ impl EventRecorder {
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| CONTROLLER.into());
         let (queue, mut queued) = mpsc::channel::<Event>(QUEUE);
         let sender_client = client.clone();
-        let sender = async move {
-            while let Some(event) = queued.recv().await {
-                create(&sender_client, &event).await;
-            }
-        };
+        let sender = futures::stream::poll_fn(move |cx| queued.poll_recv(cx)).for_each_concurrent(
+            SENDERS,
+            move |event| {
+                let client = sender_client.clone();
+                async move { create(&client, &event).await }
+            },
+        );
         (
             EventRecorder {
                 client,

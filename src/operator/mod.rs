@@ -244,7 +244,12 @@ pub async fn run_with(
     );
     tasks.spawn(
         "pod watcher",
-        pod_watcher::run(watches.pods, Arc::clone(&ctx.caches.pod_index), trigger),
+        pod_watcher::run(
+            watches.pods,
+            Arc::clone(&ctx.caches.pod_index),
+            Arc::clone(&ctx.expectations),
+            trigger,
+        ),
     );
     tasks.spawn(
         "mapping status writer",

@@ -1,9 +1,12 @@
 //! Pods this instance created that the pod cache has not shown yet: until it does, the
 //! VM's reconcile waits rather than decide from a cache that is behind its own writes.
+//!
+//! An expectation ends on evidence only, never on a timer: the pod watch shows the pod
+//! (added, or already deleted again), or a list of pods taken after the create does not
+//! hold it (the watch re-listed).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -11,53 +14,82 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::api::VirtualMachine;
 
-/// How long a created pod may stay unseen by the cache before it is no longer waited for.
-const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
+#[derive(Debug)]
+struct Expected {
+    pod: String,
+    /// Re-lists of the pod watch started before the create.
+    relists_before: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    expected: HashMap<ObjectRef<VirtualMachine>, Expected>,
+    /// Re-lists of the pod watch started so far, and the number of the last one completed.
+    relists_started: u64,
+    relist_completed: u64,
+}
 
 /// The pod created for each VM that the cache has not shown yet.
 #[derive(Debug, Default)]
 pub struct PodExpectations {
-    expected: Mutex<HashMap<ObjectRef<VirtualMachine>, (String, Instant)>>,
+    state: Mutex<State>,
 }
 
 impl PodExpectations {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<VirtualMachine>, (String, Instant)>> {
-        // Every update is a single insert or remove: a panicking holder left a whole map.
-        self.expected.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update leaves a whole state: a panicking holder left a usable one.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records that `pod` was created for `vm`.
     pub fn expect(&self, vm: ObjectRef<VirtualMachine>, pod: String) {
-        self.lock().insert(vm, (pod, Instant::now()));
+        let mut state = self.lock();
+        let relists_before = state.relists_started;
+        state.expected.insert(
+            vm,
+            Expected {
+                pod,
+                relists_before,
+            },
+        );
     }
 
     /// Forgets what was expected for `vm` (its pod was deleted).
     pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
-        self.lock().remove(vm);
+        self.lock().expected.remove(vm);
+    }
+
+    /// The pod watch delivered `pod` of `vm`, added, changed or deleted.
+    pub fn observed(&self, vm: &ObjectRef<VirtualMachine>, pod: &str) {
+        let mut state = self.lock();
+        if state.expected.get(vm).is_some_and(|e| e.pod == pod) {
+            state.expected.remove(vm);
+        }
+    }
+
+    /// The pod watch starts listing again.
+    pub fn relist_started(&self) {
+        self.lock().relists_started += 1;
+    }
+
+    /// The pod watch's list is complete (the cache now holds it).
+    pub fn relist_done(&self) {
+        let mut state = self.lock();
+        state.relist_completed = state.relists_started;
     }
 
     /// The pod created for `vm` that the cache has not shown yet, if any; forgets it once
-    /// one of `pods` (the cached pods of the VM) is it.
+    /// one of `pods` (the cached pods of the VM) is it, or once a list taken after the
+    /// create has completed without it.
     pub fn pending(&self, vm: &ObjectRef<VirtualMachine>, pods: &[&Pod]) -> Option<String> {
-        self.pending_at(vm, pods, Instant::now())
-    }
-
-    fn pending_at(
-        &self,
-        vm: &ObjectRef<VirtualMachine>,
-        pods: &[&Pod],
-        now: Instant,
-    ) -> Option<String> {
-        let mut expected = self.lock();
-        let (name, since) = expected.get(vm)?.clone();
-        // Seen, or never going to be (created and deleted again before the cache caught up).
-        if pods.iter().any(|p| p.name_any() == name)
-            || now.saturating_duration_since(since) > EXPECTATION_TIMEOUT
-        {
-            expected.remove(vm);
+        let mut state = self.lock();
+        let expected = state.expected.get(vm)?;
+        let listed_after = state.relist_completed > expected.relists_before;
+        if listed_after || pods.iter().any(|p| p.name_any() == expected.pod) {
+            state.expected.remove(vm);
             return None;
         }
-        Some(name)
+        Some(expected.pod.clone())
     }
 }
 
@@ -88,14 +120,28 @@ mod tests {
     }
 
     #[test]
-    fn forgetting_and_expiry_end_the_wait() {
+    fn only_evidence_ends_the_wait() {
         let expectations = PodExpectations::default();
         let vm = ObjectRef::new("vm").within("dev");
+        // Deleted by this operator.
         expectations.expect(vm.clone(), "vm-abc".into());
         expectations.forget(&vm);
         assert_eq!(expectations.pending(&vm, &[]), None);
+        // Delivered by the watch (even if deleted again before a reconcile saw it).
         expectations.expect(vm.clone(), "vm-abc".into());
-        let later = Instant::now() + EXPECTATION_TIMEOUT + Duration::from_secs(1);
-        assert_eq!(expectations.pending_at(&vm, &[], later), None);
+        expectations.observed(&vm, "vm-other");
+        assert!(expectations.pending(&vm, &[]).is_some());
+        expectations.observed(&vm, "vm-abc");
+        assert_eq!(expectations.pending(&vm, &[]), None);
+        // A re-list that started before the create proves nothing; one that started after
+        // and completed without the pod does.
+        expectations.relist_started();
+        expectations.expect(vm.clone(), "vm-abc".into());
+        expectations.relist_done();
+        assert!(expectations.pending(&vm, &[]).is_some());
+        expectations.relist_started();
+        assert!(expectations.pending(&vm, &[]).is_some());
+        expectations.relist_done();
+        assert_eq!(expectations.pending(&vm, &[]), None);
     }
 }

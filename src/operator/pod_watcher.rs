@@ -9,6 +9,7 @@ use kube::runtime::watcher;
 
 use std::sync::Arc;
 
+use super::pod_expectations::PodExpectations;
 use super::pod_index::PodIndex;
 use super::trigger::Trigger;
 use crate::api::{GROUP, VirtualMachine};
@@ -32,6 +33,7 @@ pub fn owner_vm(pod: &Pod) -> Option<ObjectRef<VirtualMachine>> {
 pub async fn run(
     events: impl Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
     index: Arc<PodIndex>,
+    expectations: Arc<PodExpectations>,
     trigger: Trigger,
 ) {
     let mut events = std::pin::pin!(events);
@@ -39,12 +41,17 @@ pub async fn run(
         // Errors are retried by the watcher's backoff and reported to the liveness probe.
         let Ok(event) = event else { continue };
         index.apply(&event);
-        if let watcher::Event::Apply(pod)
-        | watcher::Event::InitApply(pod)
-        | watcher::Event::Delete(pod) = &event
-            && let Some(vm) = owner_vm(pod)
-        {
-            trigger.reconcile(vm);
+        match &event {
+            watcher::Event::Init => expectations.relist_started(),
+            watcher::Event::InitDone => expectations.relist_done(),
+            watcher::Event::Apply(pod)
+            | watcher::Event::InitApply(pod)
+            | watcher::Event::Delete(pod) => {
+                if let Some(vm) = owner_vm(pod) {
+                    expectations.observed(&vm, &pod.name_any());
+                    trigger.reconcile(vm);
+                }
+            }
         }
     }
 }

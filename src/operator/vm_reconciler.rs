@@ -145,10 +145,13 @@ async fn apply(
                 }
                 // An unscheduled pod is gone at once; a running one terminates first, and its
                 // deletion event brings the VM back here to create the replacement.
-                match delete(&pods, name, uid).await? {
+                let deletion = delete(&pods, name, uid).await?;
+                if deletion != PodDeletion::Replaced {
+                    ctx.observers.metrics.recreated();
+                }
+                match deletion {
                     PodDeletion::Gone => {
                         create(ctx, &pods, &vm_ref, new).await?;
-                        ctx.observers.metrics.recreated();
                     }
                     PodDeletion::Terminating | PodDeletion::Replaced => {
                         requeue = Some(TERMINATING_RECHECK);

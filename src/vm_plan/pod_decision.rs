@@ -147,7 +147,9 @@ struct Inputs<'a> {
 impl Inputs<'_> {
     /// Creates the pod of restart count `count` (when the images resolve and nothing
     /// blocks it).
-    fn create(&self, out: &mut PodDecision, count: i32) {
+    /// (`announce`: whether the create is news; the second half of a liveReload replacement
+    /// was announced by `Recreating`.)
+    fn create(&self, out: &mut PodDecision, count: i32, announce: bool) {
         out.restart_count = count;
         out.phase = Some(VmPhase::Pending);
         let Some(pod) = runner_pod::build(self.vm, self.images, count) else {
@@ -158,10 +160,12 @@ impl Inputs<'_> {
             out.waiting = true;
             return;
         }
-        out.transitions.push(PodTransition::Created {
-            pod: pod.name_any(),
-            images: self.images.to_vec(),
-        });
+        if announce {
+            out.transitions.push(PodTransition::Created {
+                pod: pod.name_any(),
+                images: self.images.to_vec(),
+            });
+        }
         out.actions.push(PodAction::Create(Box::new(pod)));
     }
 
@@ -219,8 +223,9 @@ impl Inputs<'_> {
         // images), so a liveReload VM whose last pod ran other images had it replaced.
         let replaced = self.vm.spec.live_reload
             && self.desired_hash.as_deref().is_some_and(|hash| {
-                out.pod_name.as_deref()
-                    != Some(runner_pod::pod_name(self.vm, out.restart_count, hash).as_str())
+                out.pod_name.as_ref().is_some_and(|last| {
+                    *last != runner_pod::pod_name(self.vm, out.restart_count, hash)
+                })
             });
         let phase = match previous {
             Some(VmPhase::Running) if replaced => VmPhase::Pending,
@@ -231,14 +236,14 @@ impl Inputs<'_> {
         };
         out.phase = Some(phase);
         if phase == VmPhase::Pending {
-            self.create(out, out.restart_count);
+            self.create(out, out.restart_count, !replaced);
         } else if should_restart(policy, phase) {
             out.transitions.push(PodTransition::Restarting {
                 pod: None,
                 phase,
                 policy,
             });
-            self.create(out, out.restart_count + 1);
+            self.create(out, out.restart_count + 1, true);
         } else {
             out.images = PodImages::NoPod;
         }
