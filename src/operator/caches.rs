@@ -10,6 +10,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
 use super::Options;
+use super::cached_pod::CachedPod;
 use super::pod_index::PodIndex;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::rules::{MappingInput, Scope};
@@ -50,7 +51,7 @@ pub struct CachesListed {
 #[derive(Clone)]
 pub struct Caches {
     pub vms: Store<VirtualMachine>,
-    pub pods: Store<Pod>,
+    pub pods: Store<CachedPod>,
     /// The pods of each VM, kept by the pod watcher.
     pub pod_index: Arc<PodIndex>,
     pub mappings: Store<ImageMapping>,
@@ -72,7 +73,7 @@ impl Caches {
 
     /// The cached pods of a VM: labelled with its name and controlled by it.
     #[must_use]
-    pub fn pods_of(&self, vm: &VirtualMachine) -> Vec<Arc<Pod>> {
+    pub fn pods_of(&self, vm: &VirtualMachine) -> Vec<Pod> {
         let (ns, name, uid) = (vm.namespace().unwrap_or_default(), vm.name_any(), vm.uid());
         self.pod_index
             .pods_of(&ObjectRef::from_obj(vm))
@@ -84,6 +85,7 @@ impl Caches {
                         .iter()
                         .any(|o| Some(&o.uid) == uid.as_ref())
             })
+            .map(|p| p.to_pod())
             .collect()
     }
 

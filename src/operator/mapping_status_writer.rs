@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
@@ -60,7 +61,7 @@ fn awaiting_restart(ctx: &Context, vms: &[VmView<'_>]) -> BTreeSet<String> {
         .filter(|v| !v.vm.spec.live_reload)
         .filter(|v| {
             let pods = ctx.caches.pods_of(v.vm);
-            let pods: Vec<_> = pods.iter().map(AsRef::as_ref).collect();
+            let pods: Vec<&Pod> = pods.iter().collect();
             vm_plan::awaits_restart(v.vm, &pods, live.of(**v), &now)
         })
         .map(|v| vm_key(v.vm))

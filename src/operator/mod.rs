@@ -9,6 +9,7 @@
 //! - the VM controller: [`vm_reconciler`] observes, plans ([`crate::vm_plan`]) and applies;
 //! - the mapping status writer ([`mapping_status_writer`]).
 
+mod cached_pod;
 mod caches;
 mod context;
 mod events;
@@ -35,7 +36,7 @@ use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, stream};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -52,6 +53,7 @@ pub use writes::FIELD_MANAGER;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::runner_pod::VM_LABEL;
+use cached_pod::CachedPod;
 use health::Health;
 use projection::Projection;
 use rules_watcher::Change;
@@ -128,7 +130,7 @@ struct Watches {
     /// Mapping and namespace events, for the rules watcher.
     changes: BoxStream<'static, Change>,
     /// Runner pod events, for the pod watcher.
-    pods: BoxStream<'static, Result<watcher::Event<Pod>, watcher::Error>>,
+    pods: BoxStream<'static, Result<watcher::Event<CachedPod>, watcher::Error>>,
     /// VirtualMachine events, for the VM controller.
     vms: BoxStream<'static, Result<VirtualMachine, watcher::Error>>,
 }
@@ -139,7 +141,7 @@ impl Watches {
         let (mappings, mapping_writer) = reflector::store::<ImageMapping>();
         let (cluster_mappings, cluster_writer) = reflector::store::<ClusterImageMapping>();
         let (namespaces, ns_writer) = reflector::store::<Namespace>();
-        let (pods, pod_writer) = reflector::store::<Pod>();
+        let (pods, pod_writer) = reflector::store::<CachedPod>();
         let (vms, vm_writer) = reflector::store::<VirtualMachine>();
         let listed = CachesListed::default();
         let api = || client.clone();
@@ -180,7 +182,7 @@ impl Watches {
         ])
         .boxed();
         let pod_events = reflected(
-            Api::<Pod>::all(api()),
+            Api::<CachedPod>::all(api()),
             all().labels(VM_LABEL),
             pod_writer,
             &listed.pods,

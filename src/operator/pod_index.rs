@@ -4,11 +4,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 
+use super::cached_pod::CachedPod;
 use super::pod_watcher::owner_vm;
 use crate::api::VirtualMachine;
 
@@ -39,7 +39,7 @@ impl PodIndex {
     }
 
     /// Follows one event of the pod watch (after the pod store took it).
-    pub fn apply(&self, event: &Event<Pod>) {
+    pub fn apply(&self, event: &Event<CachedPod>) {
         let mut state = self.lock();
         match event {
             Event::Apply(pod) => {
@@ -87,8 +87,8 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-    fn pod(name: &str, vm: &str) -> Pod {
-        let mut p = Pod::default();
+    fn pod(name: &str, vm: &str) -> CachedPod {
+        let mut p = CachedPod::default();
         p.metadata.name = Some(name.into());
         p.metadata.namespace = Some("dev".into());
         p.metadata.owner_references = Some(vec![OwnerReference {

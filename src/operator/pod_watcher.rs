@@ -2,13 +2,13 @@
 //! reconcile of the VM that controls it.
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use std::sync::Arc;
 
+use super::cached_pod::CachedPod;
 use super::pod_expectations::PodExpectations;
 use super::pod_index::PodIndex;
 use super::trigger::Trigger;
@@ -16,7 +16,7 @@ use crate::api::{GROUP, VirtualMachine};
 
 /// The VM whose controller owner reference `pod` carries.
 #[must_use]
-pub fn owner_vm(pod: &Pod) -> Option<ObjectRef<VirtualMachine>> {
+pub fn owner_vm(pod: &impl ResourceExt) -> Option<ObjectRef<VirtualMachine>> {
     let owner = pod.owner_references().iter().find(|o| {
         o.controller == Some(true)
             && o.kind == "VirtualMachine"
@@ -31,7 +31,7 @@ pub fn owner_vm(pod: &Pod) -> Option<ObjectRef<VirtualMachine>> {
 
 /// Runs until `events` (the reflected pod watch) ends.
 pub async fn run(
-    events: impl Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
+    events: impl Stream<Item = Result<watcher::Event<CachedPod>, watcher::Error>>,
     index: Arc<PodIndex>,
     expectations: Arc<PodExpectations>,
     trigger: Trigger,
@@ -61,8 +61,8 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-    fn pod(owner: OwnerReference) -> Pod {
-        let mut p = Pod::default();
+    fn pod(owner: OwnerReference) -> CachedPod {
+        let mut p = CachedPod::default();
         p.metadata.namespace = Some("dev".into());
         p.metadata.owner_references = Some(vec![owner]);
         p

@@ -85,7 +85,7 @@ fn observe_and_plan(vm: &VirtualMachine, ctx: &Context, namespace: &str) -> Plan
         Mode::Live,
     );
     let pods = ctx.caches.pods_of(vm);
-    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let pods: Vec<&Pod> = pods.iter().collect();
     let expected = ctx.expectations.pending(&ObjectRef::from_obj(vm), &pods);
     vm_plan::plan(&Observation {
         vm,

@@ -1,0 +1,228 @@
+//! A runner pod as the pod cache keeps it: a type of its own that reads only the fields the
+//! operator uses, so that neither the cache nor a list of thousands of pods holds the rest.
+
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::{Deserialize, Serialize};
+
+use crate::runner_pod::{IMAGES_HASH_ANNOTATION, RESTART_COUNT_ANNOTATION};
+
+/// A container's name and image.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedContainer {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPodSpec {
+    #[serde(default)]
+    pub init_containers: Vec<CachedContainer>,
+    #[serde(default)]
+    pub containers: Vec<CachedContainer>,
+}
+
+/// A condition's type and status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+}
+
+/// A container status's name and readiness.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedContainerStatus {
+    pub name: String,
+    #[serde(default)]
+    pub ready: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPodStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub conditions: Vec<CachedCondition>,
+    #[serde(default)]
+    pub container_statuses: Vec<CachedContainerStatus>,
+    #[serde(default)]
+    pub init_container_statuses: Vec<CachedContainerStatus>,
+}
+
+/// What the operator reads of a runner pod.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CachedPod {
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<CachedPodSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CachedPodStatus>,
+}
+
+impl Resource for CachedPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind((): &()) -> Cow<'_, str> {
+        Cow::Borrowed("Pod")
+    }
+    fn group((): &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn version((): &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn api_version((): &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn plural((): &()) -> Cow<'_, str> {
+        Cow::Borrowed("pods")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl CachedPod {
+    /// Drops what the metadata holds beyond the operator's reads: managed fields and every
+    /// annotation but the two the operator writes.
+    pub fn project(&mut self) {
+        self.metadata.managed_fields = None;
+        if let Some(annotations) = self.metadata.annotations.as_mut() {
+            annotations.retain(|k, _| k == IMAGES_HASH_ANNOTATION || k == RESTART_COUNT_ANNOTATION);
+        }
+    }
+
+    /// The pod with what the cache kept, for the readers of [`Pod`].
+    #[must_use]
+    pub fn to_pod(&self) -> Pod {
+        let containers = |cs: &[CachedContainer]| -> Vec<Container> {
+            cs.iter()
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                    ..Container::default()
+                })
+                .collect()
+        };
+        let statuses = |cs: &[CachedContainerStatus]| -> Option<Vec<ContainerStatus>> {
+            (!cs.is_empty()).then(|| {
+                cs.iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name.clone(),
+                        ready: c.ready,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            })
+        };
+        Pod {
+            metadata: self.metadata.clone(),
+            spec: self.spec.as_ref().map(|s| PodSpec {
+                init_containers: (!s.init_containers.is_empty())
+                    .then(|| containers(&s.init_containers)),
+                containers: containers(&s.containers),
+                ..PodSpec::default()
+            }),
+            status: self.status.as_ref().map(|s| PodStatus {
+                phase: s.phase.clone(),
+                conditions: (!s.conditions.is_empty()).then(|| {
+                    s.conditions
+                        .iter()
+                        .map(|c| PodCondition {
+                            type_: c.type_.clone(),
+                            status: c.status.clone(),
+                            ..PodCondition::default()
+                        })
+                        .collect()
+                }),
+                container_statuses: statuses(&s.container_statuses),
+                init_container_statuses: statuses(&s.init_container_statuses),
+                ..PodStatus::default()
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ResolvedImage, VirtualMachine, VirtualMachineSpec};
+    use crate::runner_pod::{
+        self, pod_images, pod_images_hash, pod_phase, pod_restart_count, pod_starting,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn a_cached_pod_reads_back_as_the_pod_it_came_from() {
+        let spec: VirtualMachineSpec = serde_yaml_ng::from_str(
+            "guest: {rootDisk: {image: disk:1}, kernelImage: k:1}\n\
+             extraInitContainers: [{name: setup, image: busybox, command: [sh]}]\n\
+             tolerations: [{key: a, operator: Exists}]",
+        )
+        .unwrap();
+        let mut vm = VirtualMachine::new("vm", spec);
+        vm.metadata.namespace = Some("dev".into());
+        vm.metadata.uid = Some("uid".into());
+        let images: Vec<ResolvedImage> = [
+            ("rootDisk", "disk:1"),
+            ("kernel", "k:1"),
+            ("extraInitContainers/setup", "busybox"),
+            ("runner", "runner:1"),
+        ]
+        .into_iter()
+        .map(|(slot, image)| ResolvedImage {
+            slot: slot.into(),
+            requested: image.into(),
+            resolved: Some(image.into()),
+            ..Default::default()
+        })
+        .collect();
+        let mut full = runner_pod::build(&vm, &images, 2).unwrap();
+        full.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        full.metadata.creation_timestamp = Some(Time(Timestamp::from_second(100).unwrap()));
+        full.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            host_ip: Some("10.0.0.1".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "runner".into(),
+                ready: true,
+                image: "runner:1".into(),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        // Through JSON, as the watch delivers it.
+        let mut cached: CachedPod =
+            serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+        cached.project();
+        let pod = cached.to_pod();
+        assert_eq!(pod_images(&pod), pod_images(&full));
+        assert_eq!(pod_images_hash(&pod), pod_images_hash(&full));
+        assert_eq!(pod_restart_count(&pod), Some(2));
+        assert_eq!(pod_phase(&pod), pod_phase(&full));
+        let now = Time(Timestamp::from_second(101).unwrap());
+        assert_eq!(pod_starting(&pod, &now), pod_starting(&full, &now));
+        assert_eq!(
+            pod.metadata.owner_references,
+            full.metadata.owner_references
+        );
+        assert_eq!(pod.metadata.labels, full.metadata.labels);
+        assert!(pod.metadata.managed_fields.is_none());
+        assert!(pod.spec.as_ref().unwrap().tolerations.is_none());
+    }
+}
