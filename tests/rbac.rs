@@ -406,6 +406,115 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
 
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
+async fn with_namespaces_the_operator_needs_rights_only_in_them() {
+    let admin = client().await;
+    install(&admin).await;
+    let ns = fresh_namespace(&admin, "rbac-scoped").await;
+    let name = format!("imagemap-scoped-{ns}");
+    let meta = |namespace: Option<&str>| ObjectMeta {
+        name: Some(name.clone()),
+        namespace: namespace.map(Into::into),
+        ..Default::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: name.clone(),
+        namespace: Some(SYSTEM_NS.into()),
+        ..Default::default()
+    };
+    let pp = PostParams::default();
+    Api::<ServiceAccount>::namespaced(admin.clone(), SYSTEM_NS)
+        .create(
+            &pp,
+            &ServiceAccount {
+                metadata: meta(Some(SYSTEM_NS)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    // Cluster-wide: only reading namespaces and ClusterImageMappings.
+    let cluster_role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["imagemap.dev"], "resources": ["clusterimagemappings"], "verbs": ["list", "watch"]}
+        ]
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &cluster_role)
+        .await
+        .unwrap();
+    let binding = |kind: &str, role: &str| RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: kind.into(),
+        name: role.into(),
+    };
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(
+            &pp,
+            &ClusterRoleBinding {
+                metadata: meta(None),
+                role_ref: binding("ClusterRole", &name),
+                subjects: Some(vec![subject.clone()]),
+            },
+        )
+        .await
+        .unwrap();
+    // In the one namespace: the shipped operator role, bound there only.
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+        .create(
+            &pp,
+            &RoleBinding {
+                metadata: meta(Some(&ns)),
+                role_ref: binding("ClusterRole", "imagemap-operator"),
+                subjects: Some(vec![subject]),
+            },
+        )
+        .await
+        .unwrap();
+    let config = config_for(&name).await;
+    let _op = Operator::start_with(config, &[&ns], imagemap::operator::Options::default());
+    let mapping: ImageMapping = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping", "metadata": {"name": "local"},
+        "spec": {"rules": [{"match": {"repository": "busybox"}, "to": "x.io/busybox"}]}
+    }))
+    .unwrap();
+    Api::<ImageMapping>::namespaced(admin.clone(), &ns)
+        .create(&pp, &mapping)
+        .await
+        .unwrap();
+    let vm: VirtualMachine = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "vm"},
+        "spec": {"guest": {"rootDisk": {"image": "busybox:1.36"}}}
+    }))
+    .unwrap();
+    let vms: Api<VirtualMachine> = Api::namespaced(admin.clone(), &ns);
+    vms.create(&pp, &vm).await.unwrap();
+    // Watches of all namespaces would be refused: the pod and the status show the
+    // operator watched, wrote and resolved in its namespace.
+    wait_list(
+        Api::<Pod>::namespaced(admin.clone(), &ns),
+        kube::runtime::watcher::Config::default().labels(&format!("{VM_LABEL}=vm")),
+        "the runner pod with the mapped image",
+        |pods| {
+            pods.len() == 1
+                && pod_images(&pods[0])
+                    .values()
+                    .any(|image| image == "x.io/busybox:1.36")
+        },
+    )
+    .await;
+    wait_for(vms, "vm", |vm: Option<&VirtualMachine>| {
+        vm.and_then(|vm| vm.status.as_ref())
+            .is_some_and(|s| !s.resolved_images.is_empty())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
 async fn namespace_editors_write_image_mappings_but_not_cluster_ones() {
     let admin = client().await;
     install(&admin).await;

@@ -17,8 +17,8 @@ use crate::rules::{MappingInput, Scope};
 use crate::runner_pod::VM_LABEL;
 use crate::vm_images::{self, VmView};
 
-/// Whether a cache has listed once: marked by its watch stream at the first `InitDone`,
-/// after the store took the list. Any number of tasks may wait on it (kube's
+/// Whether a cache has listed once: marked by its watch stream when every namespace it
+/// covers has listed and the store holds the lists. Any number of tasks may wait on it (kube's
 /// `Store::wait_until_ready` wakes only the last of several waiters).
 #[derive(Debug, Clone, Default)]
 pub struct Listed(Arc<watch::Sender<bool>>);
@@ -28,6 +28,12 @@ impl Listed {
     pub fn mark(&self) {
         self.0
             .send_if_modified(|listed| !std::mem::replace(listed, true));
+    }
+
+    /// Whether the cache has listed.
+    #[must_use]
+    pub fn is_marked(&self) -> bool {
+        *self.0.borrow()
     }
 
     /// Waits until the cache has listed.

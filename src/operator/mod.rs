@@ -9,6 +9,7 @@
 //! - the VM controller: [`vm_reconciler`] observes, plans ([`crate::vm_plan`]) and applies;
 //! - the mapping status writer ([`mapping_status_writer`]).
 
+mod cache_events;
 mod cached_pod;
 mod caches;
 mod context;
@@ -34,14 +35,14 @@ mod writes;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::future::ready;
 use futures::stream::BoxStream;
-use futures::{FutureExt, Stream, StreamExt, stream};
+use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
@@ -53,9 +54,9 @@ pub use writes::FIELD_MANAGER;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::runner_pod::VM_LABEL;
+use cache_events::{CacheEvent, Source};
 use cached_pod::CachedPod;
 use health::Health;
-use projection::Projection;
 use rules_watcher::Change;
 use trigger::Trigger;
 
@@ -91,115 +92,69 @@ impl Drop for Tasks {
     }
 }
 
-/// A reflected watch of every `K` (matching `config`), reporting each result to the
-/// liveness probe, keeping of each object what its [`Projection`] leaves, and marking
-/// `listed` once the store holds the first list.
-fn reflected<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    writer: reflector::store::Writer<K>,
-    listed: &Listed,
-    health: &Arc<Health>,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
-where
-    K: Resource<DynamicType = ()>
-        + Projection
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (health, listed) = (Arc::clone(health), listed.clone());
-    watcher(api, config)
-        .default_backoff()
-        .inspect(move |r| health.watch_result(r.is_ok()))
-        .modify(K::project)
-        .reflect(writer)
-        .inspect(move |r| {
-            if matches!(r, Ok(watcher::Event::InitDone)) {
-                listed.mark();
-            }
-        })
-}
-
 /// The operator's watches: the caches they fill, and the event streams of its tasks.
 struct Watches {
     caches: Caches,
     /// Mapping and namespace events, for the rules watcher.
     changes: BoxStream<'static, Change>,
     /// Runner pod events, for the pod watcher.
-    pods: BoxStream<'static, Result<watcher::Event<CachedPod>, watcher::Error>>,
+    pods: BoxStream<'static, CacheEvent<CachedPod>>,
     /// VirtualMachine events, for the VM controller.
     vms: BoxStream<'static, Result<VirtualMachine, watcher::Error>>,
 }
 
 impl Watches {
-    fn new(client: &Client, health: &Arc<Health>) -> Watches {
-        let all = watcher::Config::default;
-        let (mappings, mapping_writer) = reflector::store::<ImageMapping>();
-        let (cluster_mappings, cluster_writer) = reflector::store::<ClusterImageMapping>();
-        let (namespaces, ns_writer) = reflector::store::<Namespace>();
-        let (pods, pod_writer) = reflector::store::<CachedPod>();
-        let (vms, vm_writer) = reflector::store::<VirtualMachine>();
+    fn new(client: &Client, options: &Options, health: &Arc<Health>) -> Watches {
+        let ns = &options.namespaces;
+        let all = watcher::Config::default();
         let listed = CachesListed::default();
-        let api = || client.clone();
-        let changes = stream::select_all([
-            reflected(
-                Api::all(api()),
-                all(),
-                mapping_writer,
-                &listed.mappings,
-                health,
-            )
-            .touched_objects()
-            .map(|_| Change::Rules)
-            .boxed(),
-            reflected(
-                Api::all(api()),
-                all(),
-                cluster_writer,
-                &listed.cluster_mappings,
-                health,
-            )
-            .touched_objects()
-            .map(|_| Change::Rules)
-            .boxed(),
-            reflected(
-                Api::<Namespace>::all(api()),
-                all(),
-                ns_writer,
-                &listed.namespaces,
-                health,
-            )
-            .touched_objects()
-            .map(|ns| match ns {
-                Ok(ns) => Change::Namespace(ns.name_any()),
-                Err(_) => Change::Rules,
-            })
-            .boxed(),
-        ])
-        .boxed();
-        let pod_events = reflected(
-            Api::<CachedPod>::all(api()),
-            all().labels(VM_LABEL),
-            pod_writer,
+        let (mappings, mapping_events) = cache_events::watch::<ImageMapping>(
+            Source::namespaced(client, ns, &all),
+            &listed.mappings,
+            health,
+        );
+        let (cluster_mappings, cluster_events) = cache_events::watch::<ClusterImageMapping>(
+            vec![Source::all(client, &all)],
+            &listed.cluster_mappings,
+            health,
+        );
+        let (namespaces, namespace_events) = cache_events::watch::<Namespace>(
+            Source::named(client, ns, &all),
+            &listed.namespaces,
+            health,
+        );
+        let (pods, pod_events) = cache_events::watch::<CachedPod>(
+            Source::namespaced(client, ns, &all.clone().labels(VM_LABEL)),
             &listed.pods,
             health,
-        )
-        .boxed();
-        let vm_health = Arc::clone(health);
-        let vm_events = reflected(
-            Api::<VirtualMachine>::all(api()),
-            all(),
-            vm_writer,
+        );
+        let (vms, vm_events) = cache_events::watch::<VirtualMachine>(
+            Source::namespaced(client, ns, &all),
             &listed.vms,
             health,
-        )
-        .applied_objects()
-        .inspect(move |_| vm_health.demand())
+        );
+        let changes = stream::select_all([
+            mapping_events
+                .filter_map(|e| ready(Change::of_mapping(&e)))
+                .boxed(),
+            cluster_events
+                .filter_map(|e| ready(Change::of_mapping(&e)))
+                .boxed(),
+            namespace_events
+                .filter_map(|e| ready(Change::of_namespace(&e)))
+                .boxed(),
+        ])
         .boxed();
+        let vm_health = Arc::clone(health);
+        let vm_events = vm_events
+            .filter_map(|e| {
+                ready(match e {
+                    CacheEvent::Applied(vm) => Some(Ok(vm)),
+                    _ => None,
+                })
+            })
+            .inspect(move |_| vm_health.demand())
+            .boxed();
         Watches {
             caches: Caches {
                 vms,
@@ -211,7 +166,7 @@ impl Watches {
                 listed,
             },
             changes,
-            pods: pod_events,
+            pods: pod_events.boxed(),
             vms: vm_events,
         }
     }
@@ -227,7 +182,7 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let health = Arc::clone(&observers.health);
-    let watches = Watches::new(&client, &health);
+    let watches = Watches::new(&client, &options, &health);
     let (vms, listed) = (watches.caches.vms.clone(), watches.caches.listed.clone());
     let (ctx, event_sender) = Context::new(client, options, watches.caches, observers.clone());
     let ctx = Arc::new(ctx);

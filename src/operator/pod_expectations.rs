@@ -12,21 +12,39 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
+use super::cache_events::ListScope;
 use crate::api::VirtualMachine;
 
 #[derive(Debug)]
 struct Expected {
     pod: String,
-    /// Re-lists of the pod watch started before the create.
-    relists_before: u64,
+    /// Lists of the VM's pods started before the create.
+    lists_before: u64,
+}
+
+/// Lists of pods of one scope (a namespace, or all) started so far, and the number of the
+/// last one completed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Lists {
+    started: u64,
+    completed: u64,
 }
 
 #[derive(Debug, Default)]
 struct State {
     expected: HashMap<ObjectRef<VirtualMachine>, Expected>,
-    /// Re-lists of the pod watch started so far, and the number of the last one completed.
-    relists_started: u64,
-    relist_completed: u64,
+    lists: HashMap<ListScope, Lists>,
+}
+
+impl State {
+    /// The lists that cover the pods of `vm`.
+    fn lists_of(&self, vm: &ObjectRef<VirtualMachine>) -> Lists {
+        self.lists
+            .get(&vm.namespace)
+            .or_else(|| self.lists.get(&None))
+            .copied()
+            .unwrap_or_default()
+    }
 }
 
 /// The pod created for each VM that the cache has not shown yet.
@@ -44,14 +62,8 @@ impl PodExpectations {
     /// Records that `pod` was created for `vm`.
     pub fn expect(&self, vm: ObjectRef<VirtualMachine>, pod: String) {
         let mut state = self.lock();
-        let relists_before = state.relists_started;
-        state.expected.insert(
-            vm,
-            Expected {
-                pod,
-                relists_before,
-            },
-        );
+        let lists_before = state.lists_of(&vm).started;
+        state.expected.insert(vm, Expected { pod, lists_before });
     }
 
     /// Forgets what was expected for `vm` (its pod was deleted).
@@ -67,15 +79,16 @@ impl PodExpectations {
         }
     }
 
-    /// The pod watch starts listing again.
-    pub fn relist_started(&self) {
-        self.lock().relists_started += 1;
+    /// A pod watch starts listing the pods of `scope` (again).
+    pub fn list_started(&self, scope: ListScope) {
+        self.lock().lists.entry(scope).or_default().started += 1;
     }
 
-    /// The pod watch's list is complete (the cache now holds it).
-    pub fn relist_done(&self) {
+    /// The list of `scope` is complete (the cache now holds it).
+    pub fn listed(&self, scope: ListScope) {
         let mut state = self.lock();
-        state.relist_completed = state.relists_started;
+        let lists = state.lists.entry(scope).or_default();
+        lists.completed = lists.started;
     }
 
     /// The pod created for `vm` that the cache has not shown yet, if any; forgets it once
@@ -84,7 +97,7 @@ impl PodExpectations {
     pub fn pending(&self, vm: &ObjectRef<VirtualMachine>, pods: &[&Pod]) -> Option<String> {
         let mut state = self.lock();
         let expected = state.expected.get(vm)?;
-        let listed_after = state.relist_completed > expected.relists_before;
+        let listed_after = state.lists_of(vm).completed > expected.lists_before;
         if listed_after || pods.iter().any(|p| p.name_any() == expected.pod) {
             state.expected.remove(vm);
             return None;
@@ -134,14 +147,23 @@ mod tests {
         expectations.observed(&vm, "vm-abc");
         assert_eq!(expectations.pending(&vm, &[]), None);
         // A re-list that started before the create proves nothing; one that started after
-        // and completed without the pod does.
-        expectations.relist_started();
-        expectations.expect(vm.clone(), "vm-abc".into());
-        expectations.relist_done();
-        assert!(expectations.pending(&vm, &[]).is_some());
-        expectations.relist_started();
-        assert!(expectations.pending(&vm, &[]).is_some());
-        expectations.relist_done();
-        assert_eq!(expectations.pending(&vm, &[]), None);
+        // and completed without the pod does — of the VM's namespace, or of all.
+        for (scope, other) in [
+            (Some("dev".to_string()), Some("prod".to_string())),
+            (None, Some("prod".to_string())),
+        ] {
+            let expectations = PodExpectations::default();
+            expectations.list_started(scope.clone());
+            expectations.expect(vm.clone(), "vm-abc".into());
+            expectations.listed(scope.clone());
+            assert!(expectations.pending(&vm, &[]).is_some());
+            expectations.list_started(other.clone());
+            expectations.listed(other.clone());
+            assert!(expectations.pending(&vm, &[]).is_some());
+            expectations.list_started(scope.clone());
+            assert!(expectations.pending(&vm, &[]).is_some());
+            expectations.listed(scope);
+            assert_eq!(expectations.pending(&vm, &[]), None);
+        }
     }
 }

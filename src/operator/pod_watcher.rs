@@ -4,10 +4,10 @@
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 
 use std::sync::Arc;
 
+use super::cache_events::CacheEvent;
 use super::cached_pod::CachedPod;
 use super::pod_expectations::PodExpectations;
 use super::pod_index::PodIndex;
@@ -29,31 +29,40 @@ pub fn owner_vm(pod: &impl ResourceExt) -> Option<ObjectRef<VirtualMachine>> {
     })
 }
 
-/// Runs until `events` (the reflected pod watch) ends.
+/// Runs until `events` (the pod cache's changes) ends.
 pub async fn run(
-    events: impl Stream<Item = Result<watcher::Event<CachedPod>, watcher::Error>>,
+    events: impl Stream<Item = CacheEvent<CachedPod>>,
     index: Arc<PodIndex>,
     expectations: Arc<PodExpectations>,
     trigger: Trigger,
 ) {
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
-        // Errors are retried by the watcher's backoff and reported to the liveness probe.
-        let Ok(event) = event else { continue };
-        index.apply(&event);
-        match &event {
-            watcher::Event::Init => expectations.relist_started(),
-            watcher::Event::InitDone => expectations.relist_done(),
-            watcher::Event::Apply(pod)
-            | watcher::Event::InitApply(pod)
-            | watcher::Event::Delete(pod) => {
-                if let Some(vm) = owner_vm(pod) {
-                    expectations.observed(&vm, &pod.name_any());
-                    trigger.reconcile(vm);
-                }
-            }
+        match event {
+            CacheEvent::ListStarted(scope) => expectations.list_started(scope),
+            CacheEvent::Listed(scope) => expectations.listed(scope),
+            CacheEvent::Applied(pod) => observed(&pod, &index, &expectations, &trigger, true),
+            CacheEvent::Deleted(pod) => observed(&pod, &index, &expectations, &trigger, false),
         }
     }
+}
+
+fn observed(
+    pod: &CachedPod,
+    index: &PodIndex,
+    expectations: &PodExpectations,
+    trigger: &Trigger,
+    exists: bool,
+) {
+    let Some(vm) = owner_vm(pod) else { return };
+    let name = pod.name_any();
+    if exists {
+        index.insert(vm.clone(), name.clone());
+    } else {
+        index.remove(&vm, &name);
+    }
+    expectations.observed(&vm, &name);
+    trigger.reconcile(vm);
 }
 
 #[cfg(test)]

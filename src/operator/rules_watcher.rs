@@ -10,7 +10,10 @@ use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
+use k8s_openapi::api::core::v1::Namespace;
+
 use super::Context;
+use super::cache_events::CacheEvent;
 use super::trigger::Trigger;
 use crate::rule_change;
 
@@ -21,6 +24,27 @@ pub enum Change {
     Rules,
     /// A namespace's labels may have changed: its VMs re-resolve.
     Namespace(String),
+}
+
+impl Change {
+    /// What an event of a mapping cache means. (A list's start and end mean nothing by
+    /// themselves: what a list changed comes as applies and deletes.)
+    pub fn of_mapping<K>(event: &CacheEvent<K>) -> Option<Change> {
+        match event {
+            CacheEvent::Applied(_) | CacheEvent::Deleted(_) => Some(Change::Rules),
+            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) => None,
+        }
+    }
+
+    /// What an event of the namespace cache means.
+    pub fn of_namespace(event: &CacheEvent<Namespace>) -> Option<Change> {
+        match event {
+            CacheEvent::Applied(ns) | CacheEvent::Deleted(ns) => {
+                Some(Change::Namespace(ns.name_any()))
+            }
+            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) => None,
+        }
+    }
 }
 
 /// What a burst of changes amounts to.

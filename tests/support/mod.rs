@@ -137,6 +137,11 @@ impl Operator {
     /// Starts an operator acting in `namespaces`.
     pub async fn start(namespaces: &[&str], options: Options) -> Operator {
         let config = kube::Config::infer().await.expect("KUBECONFIG");
+        Operator::start_with(config, namespaces, options)
+    }
+
+    /// Starts an operator acting in `namespaces` with `config`'s credentials.
+    pub fn start_with(config: kube::Config, namespaces: &[&str], options: Options) -> Operator {
         let (client, requests) = client_with_counter(config).expect("client");
         let observers = Observers::new(requests.clone());
         let options = Options {
