@@ -21,6 +21,9 @@ pub mod reason {
     pub const PENDING: &str = "Pending";
     pub const SUCCEEDED: &str = "Succeeded";
     pub const FAILED: &str = "Failed";
+    /// The API server refused the runner pod (quota, Pod Security admission, invalid
+    /// fields); the message says what it said.
+    pub const POD_CREATE_FAILED: &str = "PodCreateFailed";
     // VirtualMachine `ImagesResolved`.
     pub const RESOLVED: &str = "Resolved";
     pub const INVALID_REWRITE: &str = "InvalidRewrite";

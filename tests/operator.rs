@@ -1049,3 +1049,71 @@ async fn only_the_leader_acts_and_another_takes_over() {
     }
     second.finished().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_pod_the_api_server_refuses_is_reported_and_tried_again() {
+    let e = env("op-refused").await;
+    // Pod Security admission, as a cluster administrator sets it for the namespace.
+    let namespaces: Api<Namespace> = Api::all(e.client.clone());
+    let enforce = |level: &str| json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": level}}});
+    namespaces
+        .patch(
+            &e.ns,
+            &PatchParams::default(),
+            &Patch::Merge(&enforce("restricted")),
+        )
+        .await
+        .unwrap();
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    let mut priv_vm = vm("priv", true, "Always", COMPUTE);
+    priv_vm.spec.extra_init_containers = vec![
+        serde_json::from_value(json!({
+            "name": "setup", "image": "busybox:1.36",
+            "securityContext": {"privileged": true}
+        }))
+        .unwrap(),
+    ];
+    e.vms
+        .create(&PostParams::default(), &priv_vm)
+        .await
+        .unwrap();
+
+    // The VM says why it has no pod, with the API server's words, and a Warning says so.
+    let refused = wait_for(e.vms.clone(), "priv", |vm: Option<&VirtualMachine>| {
+        vm.and_then(|vm| condition(vm, "Ready"))
+            .is_some_and(|(status, reason, _)| status == "False" && reason == "PodCreateFailed")
+    })
+    .await;
+    let (_, _, message) = condition(&refused, "Ready").unwrap();
+    assert!(
+        message.contains("PodSecurity") && message.contains("privileged"),
+        "{message}"
+    );
+    let warning = wait_event(&e, "priv", "PodCreateFailed").await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        e.pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // The administrator allows privileged pods there: the next attempt creates the pod.
+    namespaces
+        .patch(
+            &e.ns,
+            &PatchParams::default(),
+            &Patch::Merge(&enforce("privileged")),
+        )
+        .await
+        .unwrap();
+    wait_single_pod(&e, "priv", COMPUTE_NORMALIZED).await;
+    wait_for(e.vms.clone(), "priv", |vm: Option<&VirtualMachine>| {
+        vm.and_then(|vm| condition(vm, "Ready"))
+            .is_some_and(|(_, reason, _)| reason != "PodCreateFailed")
+    })
+    .await;
+}

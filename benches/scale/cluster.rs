@@ -2,7 +2,7 @@
 //! a set of objects has converged.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
@@ -131,7 +131,7 @@ pub async fn converge<K>(
     n: usize,
     limit: Duration,
     done: impl Fn(&K) -> bool,
-) -> anyhow::Result<()>
+) -> anyhow::Result<Settling>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -141,6 +141,8 @@ where
         + 'static,
 {
     let mut ok: BTreeSet<String> = BTreeSet::new();
+    let started = Instant::now();
+    let mut settling = Settling::default();
     let mut events = watcher(api, config).default_backoff().boxed();
     let wait = async {
         while let Some(event) = events.try_next().await? {
@@ -157,8 +159,14 @@ where
                 }
                 watcher::Event::Init | watcher::Event::InitDone => {}
             }
+            if settling.half.is_none() && ok.len() * 2 >= n {
+                settling.half = Some(started.elapsed());
+            }
+            if settling.most.is_none() && ok.len() * 10 >= n * 9 {
+                settling.most = Some(started.elapsed());
+            }
             if ok.len() >= n {
-                return anyhow::Ok(());
+                return anyhow::Ok(settling);
             }
         }
         anyhow::bail!("the watch ended")
@@ -166,6 +174,25 @@ where
     match tokio::time::timeout(limit, wait).await {
         Ok(result) => result,
         Err(_) => anyhow::bail!("{} of {n} converged within {limit:?}", ok.len()),
+    }
+}
+
+/// When half and 90 % of the objects had settled, from the start of [`converge`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Settling {
+    pub half: Option<Duration>,
+    pub most: Option<Duration>,
+}
+
+impl std::fmt::Display for Settling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64());
+        write!(
+            f,
+            "50 % at {:.1} s, 90 % at {:.1} s",
+            s(self.half),
+            s(self.most)
+        )
     }
 }
 

@@ -26,7 +26,7 @@ use kube::runtime::watcher;
 use imagemap::api::{ImageMapping, VirtualMachine, VmPhase};
 use imagemap::runner_pod::pod_images;
 
-use cluster::{CONCURRENCY, apply_mapping, converge, create_vms, retry, target};
+use cluster::{CONCURRENCY, Settling, apply_mapping, converge, create_vms, retry, target};
 use operator_process::{OperatorProcess, Requests, delta};
 
 const LIMIT: Duration = Duration::from_mins(30);
@@ -83,6 +83,8 @@ async fn live_pods(client: &Client, ns: &str) -> anyhow::Result<usize> {
 
 struct OperatorFigures {
     cold: Duration,
+    cold_settling: Settling,
+    fan_out_settling: Settling,
     cold_requests: Requests,
     cold_peak: f64,
     steady: f64,
@@ -101,7 +103,7 @@ async fn operator(client: &Client, n: usize, ns: &str) -> anyhow::Result<Operato
 
     let started = Instant::now();
     let op = OperatorProcess::start(ns)?;
-    converge(vms.clone(), all(), n, LIMIT, |vm| vm_settled(vm, 1)).await?;
+    let cold_settling = converge(vms.clone(), all(), n, LIMIT, |vm| vm_settled(vm, 1)).await?;
     let cold = started.elapsed();
     let cold_requests = op.requests()?;
     let cold_peak = op.peak_mib();
@@ -119,7 +121,7 @@ async fn operator(client: &Client, n: usize, ns: &str) -> anyhow::Result<Operato
     let before = op.requests()?;
     let started = Instant::now();
     retry("changing the mapping", || apply_mapping(client, ns, 2)).await?;
-    converge(vms, all(), n, LIMIT, |vm| vm_settled(vm, 2)).await?;
+    let fan_out_settling = converge(vms, all(), n, LIMIT, |vm| vm_settled(vm, 2)).await?;
     let fan_out = started.elapsed();
     let fan_out_requests = delta(&before, &op.requests()?);
     let fan_out_peak = op.peak_mib();
@@ -131,6 +133,8 @@ async fn operator(client: &Client, n: usize, ns: &str) -> anyhow::Result<Operato
     cleanup(client, ns).await?;
     Ok(OperatorFigures {
         cold,
+        cold_settling,
+        fan_out_settling,
         cold_requests,
         cold_peak,
         steady,
@@ -141,7 +145,15 @@ async fn operator(client: &Client, n: usize, ns: &str) -> anyhow::Result<Operato
     })
 }
 
-async fn baseline(client: &Client, n: usize, ns: &str) -> anyhow::Result<(Duration, Duration)> {
+/// The baseline's cold start and fan-out: times, and how they settled.
+struct BaselineFigures {
+    cold: Duration,
+    cold_settling: Settling,
+    fan_out: Duration,
+    fan_out_settling: Settling,
+}
+
+async fn baseline(client: &Client, n: usize, ns: &str) -> anyhow::Result<BaselineFigures> {
     cluster::fresh_namespace(client, ns).await?;
     apply_mapping(client, ns, 1).await?;
     let mappings: Api<ImageMapping> = Api::namespaced(client.clone(), ns);
@@ -154,15 +166,20 @@ async fn baseline(client: &Client, n: usize, ns: &str) -> anyhow::Result<(Durati
 
     let started = Instant::now();
     baseline::cold_start(client, &vms, &rules_1).await?;
-    converge(pods.clone(), all(), n, LIMIT, |p| pod_running(p, 1)).await?;
+    let cold_settling = converge(pods.clone(), all(), n, LIMIT, |p| pod_running(p, 1)).await?;
     let cold = started.elapsed();
 
     let started = Instant::now();
     baseline::fan_out(client, &vms, &rules_1, &rules_2).await?;
-    converge(pods, all(), n, LIMIT, |p| pod_running(p, 2)).await?;
+    let fan_out_settling = converge(pods, all(), n, LIMIT, |p| pod_running(p, 2)).await?;
     let fan_out = started.elapsed();
     cleanup(client, ns).await?;
-    Ok((cold, fan_out))
+    Ok(BaselineFigures {
+        cold,
+        cold_settling,
+        fan_out,
+        fan_out_settling,
+    })
 }
 
 fn per_vm(requests: &Requests, n: usize) -> String {
@@ -195,8 +212,8 @@ async fn main() -> anyhow::Result<()> {
     );
     for n in sizes {
         let op = operator(&client, n, &format!("bench-{run}-operator-{n}")).await?;
-        let (base_cold, base_fan) =
-            baseline(&client, n, &format!("bench-{run}-baseline-{n}")).await?;
+        let base = baseline(&client, n, &format!("bench-{run}-baseline-{n}")).await?;
+        let (base_cold, base_fan) = (base.cold, base.fan_out);
         let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
         println!("\n## {n} liveReload VMs");
         println!("| | operator | baseline | ratio |");
@@ -212,6 +229,14 @@ async fn main() -> anyhow::Result<()> {
             op.fan_out.as_secs_f64(),
             base_fan.as_secs_f64(),
             ratio(op.fan_out, base_fan)
+        );
+        println!(
+            "settled, cold start: operator {}; baseline {}",
+            op.cold_settling, base.cold_settling
+        );
+        println!(
+            "settled, fan-out: operator {}; baseline {}",
+            op.fan_out_settling, base.fan_out_settling
         );
         println!(
             "requests per VM, cold start: {}",

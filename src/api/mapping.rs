@@ -44,8 +44,10 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ImageMappingSpec {
-    /// Higher priority wins when rules of several mappings match the same image. Default 0.
+    /// Higher priority wins when rules of several mappings match the same image. Default 0;
+    /// from -1,000,000 to 1,000,000.
     #[serde(default)]
+    #[schemars(range(min = -1_000_000, max = 1_000_000))]
     pub priority: i32,
     /// Which VirtualMachines of this namespace the rules apply to, by label. Empty or absent: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,8 +96,10 @@ pub struct ImageMappingSpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterImageMappingSpec {
-    /// Higher priority wins when rules of several mappings match the same image. Default 0.
+    /// Higher priority wins when rules of several mappings match the same image. Default 0;
+    /// from -1,000,000 to 1,000,000.
     #[serde(default)]
+    #[schemars(range(min = -1_000_000, max = 1_000_000))]
     pub priority: i32,
     /// Which namespaces the rules apply to, by namespace label
     /// (every namespace carries `kubernetes.io/metadata.name`). Empty or absent: all.
@@ -177,6 +181,7 @@ pub struct RuleMatch {
 pub struct ImageMappingStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
     /// `Ready`: True when every rule is valid and in no conflict; False with reason
     /// `InvalidRule`, `Conflict` or `DisallowedTarget` and a message naming the rule.
@@ -184,6 +189,7 @@ pub struct ImageMappingStatus {
     pub conditions: Vec<Condition>,
     /// Number of rules in the spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 256))]
     pub rule_count: Option<i32>,
     /// Number of VirtualMachines with at least one image rewritten by this mapping
     /// (for a dry-run mapping: that would be rewritten).
@@ -192,6 +198,7 @@ pub struct ImageMappingStatus {
         rename = "affectedVMs",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
     pub affected_vms: Option<i32>,
     /// Per rule: how many VirtualMachines it affects, and why it is not usable if it is not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -211,9 +218,11 @@ pub struct ImageMappingStatus {
 #[serde(rename_all = "camelCase")]
 pub struct RuleStatus {
     /// Index of the rule in `spec.rules`.
+    #[schemars(range(min = 0, max = 255))]
     pub index: i32,
     /// VirtualMachines whose images this rule decides.
     #[serde(rename = "affectedVMs")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
     pub affected_vms: i32,
     /// Why the rule is not used or is in conflict, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
     shortname = "imvm",
     category = "imagemap",
     doc = "A virtual machine run by a runner pod whose images are resolved through ImageMappings.",
+    validation = kube::core::Rule::new("self.metadata.name.size() <= 63").message("a VirtualMachine name is at most 63 characters: it labels the runner pod"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Pod", type_ = "string", json_path = ".status.podName"),
     printcolumn(name = "LiveReload", type_ = "boolean", json_path = ".spec.liveReload"),
@@ -73,8 +74,12 @@ pub struct VirtualMachineSpec {
     /// The guest's disk and kernel.
     pub guest: Guest,
     /// Init containers run after `init` and `init-kernel`; their images are mapped too.
+    /// Their names are unique, and none is `init`, `init-kernel` or `runner` (the runner
+    /// pod's own containers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(c, !(c.name in ['init', 'init-kernel', 'runner']))").message("extra init containers may not be named init, init-kernel or runner: the runner pod has containers of those names"))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub extra_init_containers: Vec<Container>,
     /// Secrets used to pull the pod's images.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -97,9 +102,9 @@ pub struct VirtualMachineSpec {
     /// Service account of the runner pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Grace period of the runner pod, in seconds. Default 5.
+    /// Grace period of the runner pod, in seconds: from 0 to 86,400. Default 5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 86_400))]
     pub termination_grace_period_seconds: Option<i64>,
 }
 
@@ -191,9 +196,11 @@ pub struct VirtualMachineStatus {
     pub pod_name: Option<String>,
     /// How many times a new runner pod replaced a finished one.
     #[serde(default)]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
     pub restart_count: i32,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
     /// Every image slot of the VM: what was requested, what runs, and which rule decided it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -236,6 +243,7 @@ pub struct RuleSource {
     /// Name of the mapping.
     pub name: String,
     /// Index of the rule in `spec.rules`.
+    #[schemars(range(min = 0, max = 255))]
     pub rule: i32,
     /// `exact`, `repository`, `prefix` or `regex`.
     #[serde(rename = "match")]

@@ -6,6 +6,7 @@ use kube::Client;
 use tokio::sync::Notify;
 
 use super::caches::Caches;
+use super::create_failures::CreateFailures;
 use super::events::EventRecorder;
 use super::health::Health;
 use super::metrics::Metrics;
@@ -44,6 +45,8 @@ pub struct Context {
     pub caches: Caches,
     pub rules: RuleIndex,
     pub expectations: Arc<PodExpectations>,
+    /// Pod creates the API server refused, and when to try again.
+    pub create_failures: CreateFailures,
     pub budget: RecreationBudget,
     /// VM statuses written but not yet in the cache.
     pub status_memory: StatusMemory,
@@ -60,7 +63,9 @@ impl Context {
         caches: Caches,
         observers: Observers,
     ) -> (Context, impl Future<Output = ()> + Send + 'static) {
-        let (recorder, event_sender) = EventRecorder::new(client.clone());
+        let health = Arc::clone(&observers.health);
+        let (recorder, event_sender) =
+            EventRecorder::new(client.clone(), move || health.reconciles_running() > 0);
         let ctx = Context {
             recorder,
             client,
@@ -69,6 +74,7 @@ impl Context {
             caches,
             rules: RuleIndex::default(),
             expectations: Arc::default(),
+            create_failures: CreateFailures::default(),
             status_memory: StatusMemory::default(),
             observers,
             mapping_status_due: Notify::new(),

@@ -1,7 +1,11 @@
 //! Recording a plan's Events on its VM (`events.k8s.io/v1`). Each Event is created once,
 //! with a name the API server generates: no cache of past Events, no read-modify-write.
 //! Warnings are recorded before the status is written; the other Events go through a queue,
-//! off the reconcile's path.
+//! off the reconcile's path, and yield to VM work: while reconciles run, queued Events are
+//! sent one at a time, so that a fan-out's pod and status writes go first; the rest follow
+//! when the work is done.
+
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -10,16 +14,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::{Client, Resource};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 
 use crate::api::VirtualMachine;
 use crate::vm_plan::VmEvent;
 
 /// The API server refuses Event notes over 1 KiB.
 const NOTE_LIMIT: usize = 1024;
-/// Events waiting for the sender task; a reconcile waits when it is full.
-const QUEUE: usize = 4096;
-/// Queued Events sent at once.
+/// Events waiting for the sender task (one per VM of a 16,000-VM fan-out); a reconcile waits
+/// when it is full.
+const QUEUE: usize = 16_384;
+/// Queued Events sent at once while no reconcile runs.
 const SENDERS: usize = 8;
 /// The controller named in every Event.
 const CONTROLLER: &str = "imagemap.dev/operator";
@@ -71,16 +76,34 @@ pub struct EventRecorder {
 }
 
 impl EventRecorder {
-    /// A recorder and its sender task, which runs until every recorder is dropped.
-    pub fn new(client: Client) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
+    /// A recorder and its sender task, which runs until every recorder is dropped; while
+    /// `busy` says VM work is running, the task sends one Event at a time.
+    pub fn new(
+        client: Client,
+        busy: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| CONTROLLER.into());
         let (queue, mut queued) = mpsc::channel::<Event>(QUEUE);
         let sender_client = client.clone();
+        let busy = Arc::new(busy);
+        let one_at_a_time = Arc::new(Semaphore::new(1));
         let sender = futures::stream::poll_fn(move |cx| queued.poll_recv(cx)).for_each_concurrent(
             SENDERS,
             move |event| {
-                let client = sender_client.clone();
-                async move { create(&client, &event).await }
+                let (client, busy, turn) = (
+                    sender_client.clone(),
+                    Arc::clone(&busy),
+                    Arc::clone(&one_at_a_time),
+                );
+                async move {
+                    // Never closed: the semaphore lives as long as the task.
+                    let _turn = if busy() {
+                        turn.acquire_owned().await.ok()
+                    } else {
+                        None
+                    };
+                    create(&client, &event).await;
+                }
             },
         );
         (

@@ -111,6 +111,11 @@ impl Health {
         InFlight { health: self, id }
     }
 
+    /// How many reconciles run now.
+    pub fn reconciles_running(&self) -> usize {
+        self.running().len()
+    }
+
     /// A watch delivered an event (`true`) or failed (`false`).
     pub fn watch_result(&self, ok: bool) {
         let slot = if ok {

@@ -44,6 +44,8 @@ pub async fn run(ctx: Arc<Context>) {
         });
         ctx.status_memory
             .retain(|vm| ctx.caches.vms.get(vm).is_some());
+        ctx.create_failures
+            .retain(|vm| ctx.caches.vms.get(vm).is_some());
         progress.status_pass_done(covered);
         if failed > 0 {
             ctx.mapping_status_due.notify_one();

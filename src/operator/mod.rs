@@ -13,6 +13,7 @@ mod cache_events;
 mod cached_pod;
 mod caches;
 mod context;
+mod create_failures;
 mod events;
 pub mod health;
 mod leader;

@@ -72,7 +72,32 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
     // The status this operator wrote may not be in the cache yet: plan from the latest.
     let latest = ctx.status_memory.latest(vm);
     let plan = observe_and_plan(&latest, ctx, &namespace);
-    apply(vm, &latest, ctx, &namespace, &plan).await
+    match apply(vm, &latest, ctx, &namespace, &plan).await {
+        Err(ReconcileError::CreatePod { pod, source }) => match refusal(&source) {
+            // The VM says why it has no pod, and the create waits before the next attempt.
+            Some(message) => {
+                tracing::info!(vm = %name_of(vm), %pod, %message, "pod create refused");
+                ctx.create_failures
+                    .refused(vm, message, std::time::Instant::now());
+                let latest = ctx.status_memory.latest(vm);
+                let plan = observe_and_plan(&latest, ctx, &namespace);
+                apply(vm, &latest, ctx, &namespace, &plan).await
+            }
+            None => Err(ReconcileError::CreatePod { pod, source }),
+        },
+        result => result,
+    }
+}
+
+/// What the API server said when it refused a request for good (a 4xx other than a
+/// conflict or throttling); `None` for errors worth retrying at once.
+fn refusal(error: &kube::Error) -> Option<String> {
+    match error {
+        kube::Error::Api(s) if (400..500).contains(&s.code) && !matches!(s.code, 409 | 429) => {
+            Some(s.message.clone())
+        }
+        _ => None,
+    }
 }
 
 /// Observes the VM's resolution and pods from the caches, and plans.
@@ -87,11 +112,13 @@ fn observe_and_plan(vm: &VirtualMachine, ctx: &Context, namespace: &str) -> Plan
     let pods = ctx.caches.pods_of(vm);
     let pods: Vec<&Pod> = pods.iter().collect();
     let expected = ctx.expectations.pending(&ObjectRef::from_obj(vm), &pods);
+    let refused = ctx.create_failures.of(vm, std::time::Instant::now());
     vm_plan::plan(&Observation {
         vm,
         pods,
         resolution: &resolution,
         expected_pod: expected.as_deref(),
+        create_failure: refused.as_ref(),
         now: conditions::now(),
     })
 }
@@ -182,6 +209,7 @@ async fn create(
             source,
         })?;
     ctx.expectations.expect(vm.clone(), pod.name_any());
+    ctx.create_failures.created(vm);
     Ok(())
 }
 

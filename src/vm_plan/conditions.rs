@@ -10,7 +10,14 @@ use super::pod_decision::PodImages;
 
 type Parts = (Status, &'static str, String);
 
-fn ready(phase: VmPhase) -> Parts {
+fn ready(phase: VmPhase, create_refused: Option<&str>) -> Parts {
+    if let Some(message) = create_refused {
+        return (
+            Status::False,
+            reason::POD_CREATE_FAILED,
+            format!("the runner pod could not be created: {message}"),
+        );
+    }
     let why = match phase {
         VmPhase::Running => return (Status::True, reason::RUNNING, String::new()),
         VmPhase::Pending => reason::PENDING,
@@ -87,19 +94,21 @@ fn images_current(resolution: &VmResolution, pod: &PodImages) -> Parts {
     }
 }
 
-/// The VM's conditions, given the phase and pod images decided in step 1.
+/// The VM's conditions, given the phase and pod images decided in step 1, and what the
+/// API server said when it refused to create the pod.
 #[must_use]
 pub fn conditions(
     previous: &[Condition],
     observed_generation: Option<i64>,
     now: &Time,
     phase: VmPhase,
+    create_refused: Option<&str>,
     resolution: &VmResolution,
     pod: &PodImages,
 ) -> Vec<Condition> {
     let build = Conditions::new(previous, observed_generation, now);
     [
-        (kind::READY, ready(phase)),
+        (kind::READY, ready(phase, create_refused)),
         (kind::IMAGES_RESOLVED, images_resolved(resolution)),
         (kind::IMAGES_CURRENT, images_current(resolution, pod)),
     ]

@@ -34,7 +34,18 @@ pub struct Observation<'a> {
     pub resolution: &'a VmResolution,
     /// A pod this operator created that the cache has not shown yet.
     pub expected_pod: Option<&'a str>,
+    /// The API server refused the last pod create for this spec of the VM.
+    pub create_failure: Option<&'a CreateFailure>,
     pub now: Time,
+}
+
+/// A pod create the API server refused (quota, Pod Security admission, invalid fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateFailure {
+    /// What the API server said.
+    pub message: String,
+    /// The wait left before trying again; `None`: try now.
+    pub retry_in: Option<Duration>,
 }
 
 /// A change to a pod.
@@ -98,12 +109,25 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         };
     }
     let images = obs.resolution.images();
-    let pods = pod_decision::decide(vm, &prev, &obs.pods, &images, &obs.now);
+    let mut pods = pod_decision::decide(vm, &prev, &obs.pods, &images, &obs.now);
+    let creates = |a: &PodAction| matches!(a, PodAction::Create(_));
+    // A refused create stands while the plan is to create the pod again.
+    let refused = obs
+        .create_failure
+        .filter(|_| pods.actions.iter().any(creates));
+    let mut recheck = pods.starting;
+    if let Some(wait) = refused.and_then(|f| f.retry_in) {
+        pods.actions.retain(|a| !creates(a));
+        pods.transitions
+            .retain(|t| !matches!(t, pod_decision::PodTransition::Created { .. }));
+        recheck = Some(wait);
+    }
     let conditions = conditions::conditions(
         &prev.conditions,
         vm.metadata.generation,
         &obs.now,
         pods.phase.unwrap_or(VmPhase::Pending),
+        refused.map(|f| f.message.as_str()),
         obs.resolution,
         &pods.images,
     );
@@ -114,7 +138,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         pods.restart_count != prev.restart_count || !settling || events.iter().any(|e| e.warning);
     Plan {
         write_status,
-        recheck: pods.starting,
+        recheck,
         status: VirtualMachineStatus {
             phase: pods.phase,
             pod_name: pods.pod_name,

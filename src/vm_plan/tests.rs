@@ -46,6 +46,7 @@ fn run(vm: &VirtualMachine, pods: &[Pod], res: &VmResolution) -> Plan {
         pods: pods.iter().collect(),
         resolution: res,
         expected_pod: None,
+        create_failure: None,
         now: now(),
     })
 }
@@ -273,6 +274,7 @@ fn stale_and_terminating_pods_block_creation() {
         pods: vec![],
         resolution: &resolution("disk:1"),
         expected_pod: Some("x"),
+        create_failure: None,
         now: now(),
     });
     assert!(p.actions.is_empty() && p.waiting);
@@ -311,6 +313,7 @@ fn transition_times_are_kept_while_a_condition_holds() {
         pods: pods.iter().collect(),
         resolution: &resolution("disk:1"),
         expected_pod: None,
+        create_failure: None,
         now: later,
     });
     assert_eq!(p2.status, p.status);
@@ -365,12 +368,14 @@ fn a_starting_pod_defers_the_status_write_until_it_runs_or_its_grace_ends() {
     // Still untouched when its grace ends: Pending is written.
     let mut stuck = pods[0].clone();
     stuck.status = None;
-    let later = Time(Timestamp::from_second(1_800_000_005).unwrap());
+    let grace = i64::try_from(crate::runner_pod::STARTING_GRACE.as_secs()).unwrap();
+    let later = Time(Timestamp::from_second(1_800_000_000 + grace).unwrap());
     let p = plan(&Observation {
         vm: &v,
         pods: vec![&stuck],
         resolution: &resolution("disk:1"),
         expected_pod: None,
+        create_failure: None,
         now: later,
     });
     assert!(p.write_status && p.recheck.is_none());
@@ -408,4 +413,70 @@ fn a_replaced_pod_that_terminated_first_is_followed_without_a_restart() {
     let p = run(&w, &[], &resolution("disk:1"));
     assert_eq!(p.status.restart_count, 1);
     assert_eq!(p.events[0].reason, "Restarting");
+}
+
+#[test]
+fn a_refused_create_says_why_and_waits_for_its_retry() {
+    let v = vm(true, "Always");
+    let res = resolution("disk:1");
+    let refused = CreateFailure {
+        message: "pods \"vm-1\" is forbidden: violates PodSecurity \"restricted:latest\"".into(),
+        retry_in: Some(Duration::from_secs(4)),
+    };
+    let observe = |vm, failure| {
+        plan(&Observation {
+            vm,
+            pods: vec![],
+            resolution: &res,
+            expected_pod: None,
+            create_failure: Some(failure),
+            now: now(),
+        })
+    };
+    let p = observe(&v, &refused);
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.recheck, Some(Duration::from_secs(4)));
+    assert!(p.write_status);
+    let ready = crate::conditions::find(&p.status.conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "PodCreateFailed")
+    );
+    assert!(
+        ready.message.contains("violates PodSecurity"),
+        "{}",
+        ready.message
+    );
+    let warnings: Vec<_> = p.events.iter().filter(|e| e.warning).collect();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].reason, "PodCreateFailed");
+    assert!(!p.events.iter().any(|e| e.reason == "PodCreated"));
+
+    // Time to try again: the create is planned, the condition stays, no second warning.
+    let mut v2 = v.clone();
+    v2.status = Some(p.status.clone());
+    let due = CreateFailure {
+        retry_in: None,
+        ..refused.clone()
+    };
+    let p2 = observe(&v2, &due);
+    assert!(matches!(p2.actions[..], [PodAction::Create(_)]));
+    assert!(!p2.events.iter().any(|e| e.warning));
+    let ready = crate::conditions::find(&p2.status.conditions, "Ready").unwrap();
+    assert_eq!(ready.reason, "PodCreateFailed");
+
+    // Once the VM has a pod, the refusal no longer stands.
+    let mut pods = Vec::new();
+    let mut v3 = v2.clone();
+    apply(&mut v3, &mut pods, &p2);
+    let p3 = plan(&Observation {
+        vm: &v3,
+        pods: pods.iter().collect(),
+        resolution: &res,
+        expected_pod: None,
+        create_failure: Some(&due),
+        now: now(),
+    });
+    let ready = crate::conditions::find(&p3.status.conditions, "Ready").unwrap();
+    assert_eq!(ready.reason, "Pending");
 }
