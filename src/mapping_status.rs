@@ -2,6 +2,7 @@
 //! restart, and the problems of its rules. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -160,6 +161,24 @@ fn problems_by_mapping(preview: &RuleSet, ties: Ties) -> BTreeMap<MappingKey, Ve
     out
 }
 
+/// The most problems a mapping's `Ready` message names; the others are counted (each rule's
+/// own problem is in `status.rules[]`).
+pub const NAMED_PROBLEMS: usize = 8;
+
+/// The `Ready` message of a mapping with `problems` (in report order).
+fn problems_message(problems: &[RuleProblem]) -> String {
+    let mut message = problems
+        .iter()
+        .take(NAMED_PROBLEMS)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if problems.len() > NAMED_PROBLEMS {
+        let _ = write!(message, "; and {} more", problems.len() - NAMED_PROBLEMS);
+    }
+    message
+}
+
 /// The status of every mapping in `mappings`, given the rule set with dry-run mappings
 /// taking part (`preview`), the VMs, and which of them (`namespace/name`) wait for a restart
 /// (see [`crate::vm_plan::awaits_restart`]).
@@ -198,10 +217,7 @@ pub fn mapping_statuses<'a>(
             Some(first) => (
                 Status::False,
                 first.reason().as_str(),
-                own.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                problems_message(&own),
             ),
             None if m.dry_run => (
                 Status::True,

@@ -91,8 +91,11 @@ pub struct SlotResolution {
     pub outcome: Result<String, SlotError>,
     /// The winning rule; `None` when no rule matched.
     pub rule: Option<RuleRef>,
-    /// Rules tied with the winner that rewrite differently.
+    /// Rules tied with the winner that rewrite differently (the first few; see
+    /// [`crate::rules::NAMED_CONFLICTS`]).
     pub conflicts: Vec<RuleRef>,
+    /// How many more rules tied with the winner rewrite differently.
+    pub more_conflicts: usize,
 }
 
 impl SlotResolution {
@@ -254,6 +257,7 @@ fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode)
                 requested: slot.requested,
                 rule: None,
                 conflicts: Vec::new(),
+                more_conflicts: 0,
             };
         }
     };
@@ -267,6 +271,7 @@ fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode)
         }),
         rule: res.rule.map(|id| set.rule_ref(id)),
         conflicts: res.conflicts.iter().map(|&id| set.rule_ref(id)).collect(),
+        more_conflicts: res.more_conflicts,
     }
 }
 

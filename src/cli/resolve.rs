@@ -93,6 +93,7 @@ struct ImageEntry {
     resolved: Option<Result<Reference, String>>,
     rule: Option<RuleRef>,
     conflicts: Vec<RuleRef>,
+    more_conflicts: usize,
 }
 
 struct VmEntry {
@@ -146,11 +147,13 @@ impl Report {
                     resolved: None,
                     rule: None,
                     conflicts: Vec::new(),
+                    more_conflicts: 0,
                 };
                 if let Ok(r) = &parsed {
                     let res = set.resolve(r, &who, Mode::Live);
                     entry.rule = res.rule.map(|id| set.rule_ref(id));
                     entry.conflicts = res.conflicts.iter().map(|&id| set.rule_ref(id)).collect();
+                    entry.more_conflicts = res.more_conflicts;
                     entry.resolved = Some(res.resolved.map_err(|e| e.to_string()));
                 }
                 entry
@@ -229,6 +232,12 @@ impl Report {
                     describe(c)
                 ));
             }
+            if i.more_conflicts > 0 {
+                lines.push(format!(
+                    "image {:?}: Conflict: {} more rules also match with a different result",
+                    i.input, i.more_conflicts
+                ));
+            }
         }
         for v in &self.vms {
             for slot in &v.resolution.slots {
@@ -288,7 +297,7 @@ impl Report {
                 rows.push([
                     i.input.clone(),
                     resolved,
-                    rule_cell(i.rule.as_ref(), &i.conflicts),
+                    rule_cell(i.rule.as_ref(), i.conflicts.len() + i.more_conflicts),
                 ]);
             }
             out.push_str(&render(&rows));
@@ -315,7 +324,10 @@ impl Report {
                         slot.slot.clone(),
                         slot.requested.clone(),
                         resolved,
-                        rule_cell(slot.rule.as_ref(), &slot.conflicts),
+                        rule_cell(
+                            slot.rule.as_ref(),
+                            slot.conflicts.len() + slot.more_conflicts,
+                        ),
                     ]);
                 }
             }
@@ -332,10 +344,10 @@ fn describe(r: &RuleRef) -> String {
     format!("{r} ({})", r.kind.as_str())
 }
 
-fn rule_cell(rule: Option<&RuleRef>, conflicts: &[RuleRef]) -> String {
+fn rule_cell(rule: Option<&RuleRef>, conflicts: usize) -> String {
     let mut cell = rule.map_or_else(|| "-".to_string(), describe);
-    if !conflicts.is_empty() {
-        let _ = write!(cell, " [conflicts with {}]", conflicts.len());
+    if conflicts > 0 {
+        let _ = write!(cell, " [conflicts with {conflicts}]");
     }
     cell
 }
@@ -395,6 +407,7 @@ fn image_json(i: &ImageEntry) -> Value {
         "resolved": resolved,
         "rule": i.rule.as_ref().map(source_json),
         "conflicts": i.conflicts.iter().map(source_json).collect::<Vec<_>>(),
+        "moreConflicts": i.more_conflicts,
         "error": error,
     })
 }
@@ -406,6 +419,7 @@ fn slot_json(slot: &SlotResolution) -> Value {
         "resolved": slot.outcome.as_ref().ok(),
         "source": slot.rule.as_ref().map(source_json),
         "conflicts": slot.conflicts.iter().map(source_json).collect::<Vec<_>>(),
+        "moreConflicts": slot.more_conflicts,
         "error": slot.outcome.as_ref().err().map(ToString::to_string),
     })
 }

@@ -108,9 +108,15 @@ pub struct Resolution {
     pub resolved: Result<Reference, ResolveError>,
     /// The winning rule; `None` when no rule matched.
     pub rule: Option<RuleId>,
-    /// Rules tied with the winner that give a different result.
+    /// Rules tied with the winner that give a different result: the first
+    /// [`NAMED_CONFLICTS`] in tie order.
     pub conflicts: Vec<RuleId>,
+    /// How many more rules tied with the winner give a different result.
+    pub more_conflicts: usize,
 }
+
+/// The most conflicting rules a resolution names; the others are counted.
+pub const NAMED_CONFLICTS: usize = 4;
 
 impl RuleSet {
     /// Compiles mappings. Invalid rules are left out and reported in [`RuleSet::problems`];
@@ -315,18 +321,26 @@ impl RuleSet {
                 resolved: Ok(r.clone()),
                 rule: None,
                 conflicts: Vec::new(),
+                more_conflicts: 0,
             };
         };
         let resolved = self.apply(first, r);
-        let conflicts = rest
-            .iter()
-            .copied()
-            .filter(|&other| self.apply(other, r) != resolved)
-            .collect();
+        let mut conflicts = Vec::new();
+        let mut more_conflicts = 0;
+        for &other in rest {
+            if self.apply(other, r) != resolved {
+                if conflicts.len() < NAMED_CONFLICTS {
+                    conflicts.push(other);
+                } else {
+                    more_conflicts += 1;
+                }
+            }
+        }
         Resolution {
             resolved,
             rule: Some(first),
             conflicts,
+            more_conflicts,
         }
     }
 

@@ -35,9 +35,9 @@ pub enum ProblemDetail {
     InvalidRule(String),
     /// The rule rewrites to a registry outside the operator's allowed registries.
     DisallowedTarget { registry: String },
-    /// Another rule has the same match, priority and selectors but a different result: they
-    /// conflict for every VM either applies to.
-    SameMatch { other: RuleRef },
+    /// Another rule (and `more` others) has the same match, priority and selectors but a
+    /// different result: they conflict for every VM either applies to.
+    SameMatch { other: RuleRef, more: usize },
     /// Another rule tied with this one for an image of a VM and gave a different result.
     TiedOnVm {
         other: RuleRef,
@@ -67,7 +67,7 @@ impl ProblemDetail {
     #[must_use]
     pub fn conflicting_rule(&self) -> Option<&RuleRef> {
         match self {
-            ProblemDetail::SameMatch { other } | ProblemDetail::TiedOnVm { other, .. } => {
+            ProblemDetail::SameMatch { other, .. } | ProblemDetail::TiedOnVm { other, .. } => {
                 Some(other)
             }
             _ => None,
@@ -90,9 +90,13 @@ impl fmt::Display for ProblemDetail {
                 f,
                 "rewrites to registry {registry}, which is not in the operator's allowed registries"
             ),
-            ProblemDetail::SameMatch { other } => write!(
+            ProblemDetail::SameMatch { other, more: 0 } => write!(
                 f,
                 "conflicts with {other}: same match and priority, different result"
+            ),
+            ProblemDetail::SameMatch { other, more } => write!(
+                f,
+                "conflicts with {other} and {more} more: same match and priority, different result"
             ),
             ProblemDetail::TiedOnVm {
                 other,
@@ -172,7 +176,7 @@ mod tests {
         let same = RuleProblem {
             mapping: key("alpha"),
             rule: Some(0),
-            detail: ProblemDetail::SameMatch { other },
+            detail: ProblemDetail::SameMatch { other, more: 0 },
         };
         assert_eq!(
             same.to_string(),

@@ -6,14 +6,14 @@ use crate::reference::{self, Reference};
 use super::pattern::Pattern;
 
 /// A rule's validated action.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Action {
     to: Option<Target>,
     tag: Option<String>,
     digest: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Target {
     /// `exact` and `repository`: a parsed reference.
     Reference(Reference),

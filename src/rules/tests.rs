@@ -563,3 +563,47 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn colliding_rules_are_reported_once_each_however_many_collide() {
+    // One tenant: 8 mappings of 256 rules, all `exact: busybox`, each to its own target.
+    let inputs: Vec<MappingInput> = (0..8)
+        .map(|m| {
+            let rules = (0..256)
+                .map(|r| rule("exact", "busybox", Some(&format!("t.io/m{m}/r{r}"))))
+                .collect();
+            ns_mapping("tenant", &format!("m{m}"), 0, rules)
+        })
+        .collect();
+    let w = World::new(&inputs);
+    let problems = w.set.problems();
+    assert_eq!(problems.len(), 2048, "one problem per rule");
+    // Each conflicts with every other rule: one named, 2,046 counted.
+    assert!(
+        problems.iter().all(|p| p
+            .to_string()
+            .contains(" and 2046 more: same match and priority")),
+        "{}",
+        problems[0]
+    );
+    // Rules with the same result as each other are counted apart from those that differ.
+    let w = World::new(&[ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            rule("exact", "busybox", Some("a.io/busybox")),
+            rule("exact", "busybox", Some("a.io/busybox")),
+            rule("exact", "busybox", Some("b.io/busybox")),
+        ],
+    )]);
+    let messages: Vec<String> = w.set.problems().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        messages,
+        [
+            "rule 0 conflicts with ImageMapping dev/m rule 2: same match and priority, different result",
+            "rule 1 conflicts with ImageMapping dev/m rule 2: same match and priority, different result",
+            "rule 2 conflicts with ImageMapping dev/m rule 0 and 1 more: same match and priority, different result",
+        ]
+    );
+}

@@ -61,6 +61,7 @@ fn images_resolved(resolution: &VmResolution) -> Parts {
                 s.conflicts
                     .iter()
                     .map(ToString::to_string)
+                    .chain((s.more_conflicts > 0).then(|| format!("{} more", s.more_conflicts)))
                     .collect::<Vec<_>>()
                     .join(", ")
             )

@@ -27,6 +27,7 @@ fn resolution(disk: &str) -> VmResolution {
         outcome: Ok(r.into()),
         rule: None,
         conflicts: Vec::new(),
+        more_conflicts: 0,
     };
     VmResolution {
         slots: vec![
