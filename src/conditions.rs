@@ -33,6 +33,8 @@ pub mod reason {
     // VirtualMachine `ImagesCurrent`.
     pub const UP_TO_DATE: &str = "UpToDate";
     pub const RESTART_REQUIRED: &str = "RestartRequired";
+    /// liveReload: the replacement waits for the operator's recreation budget.
+    pub const RECREATION_THROTTLED: &str = "RecreationThrottled";
     pub const NO_POD: &str = "NoPod";
     pub const IMAGES_UNRESOLVED: &str = "ImagesUnresolved";
     // Mapping `Ready`.

@@ -1117,3 +1117,72 @@ async fn a_pod_the_api_server_refuses_is_reported_and_tried_again() {
     })
     .await;
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_replacement_the_recreation_budget_holds_back_is_reported_not_announced() {
+    let e = env("op-budget").await;
+    let options = Options {
+        max_recreates_per_minute: 1,
+        ..Options::default()
+    };
+    let _op = Operator::start(&[&e.ns], options).await;
+    e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
+        .await;
+    for name in ["a", "b"] {
+        e.add_vm(name, true, "Always", COMPUTE).await;
+    }
+    let mut before = BTreeMap::new();
+    for name in ["a", "b"] {
+        let pod = wait_single_pod(&e, name, "localhost:5000/compute:1").await;
+        before.insert(name, pod.name_any());
+    }
+    // Two recreations wanted, one allowed this minute: one VM waits, and says so.
+    e.mappings
+        .patch(
+            "tilt",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rules": tilt_rule("localhost:5000/compute:2")}})),
+        )
+        .await
+        .unwrap();
+    let vms = wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        "one VM held back by the budget",
+        |vms| {
+            vms.iter().any(|v| {
+                condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RecreationThrottled")
+            })
+        },
+    )
+    .await;
+    let held = vms
+        .iter()
+        .find(|v| condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RecreationThrottled"))
+        .unwrap();
+    let name = held.name_any();
+    let (status, _, message) = condition(held, "ImagesCurrent").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("compute:1 → localhost:5000/compute:2"), "{message}");
+    // The status still names the old pod, which still runs.
+    let old = &before[name.as_str()];
+    assert_eq!(held.status.as_ref().unwrap().pod_name.as_ref(), Some(old));
+    let pod = e.pods.get(old).await.unwrap();
+    assert!(pod.metadata.deletion_timestamp.is_none());
+    // The other VM was replaced and announced; the held one was not announced.
+    let other = if name == "a" { "b" } else { "a" };
+    wait_event(&e, other, "PodRecreated").await;
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let announced = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|ev| {
+            ev.involved_object.name.as_deref() == Some(name.as_str())
+                && ev.reason.as_deref() == Some("PodRecreated")
+        });
+    assert!(!announced, "{name} announced a recreation that did not happen");
+}

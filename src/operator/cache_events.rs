@@ -8,22 +8,26 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt, stream};
-use kube::core::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::error_boundary::InvalidObject;
+use kube::core::{DeserializeGuard, NamespaceResourceScope};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::cached_pod::CachedPod;
 use super::caches::Listed;
 use super::health::Health;
 use super::projection::Projection;
+use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 
 /// What one list covers: a namespace (for a cluster-scoped kind, the object of that
 /// name), or everything (`None`).
 pub type ListScope = Option<String>;
 
 /// One change to a cache, delivered after the cache took it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum CacheEvent<K> {
     /// A list of the scope started.
     ListStarted(ListScope),
@@ -33,7 +37,53 @@ pub enum CacheEvent<K> {
     Deleted(K),
     /// A list of the scope is complete: the cache holds it.
     Listed(ListScope),
+    /// An object the operator cannot read (the CRD accepted something its types do not):
+    /// skipped, and its last readable version, if any, deleted from the cache.
+    Invalid(Box<InvalidObject>),
 }
+
+/// How objects of a kind arrive from the API server: as they are, or — for the kinds
+/// tenants write — guarded, so that one unreadable object is skipped rather than failing
+/// the whole list.
+pub trait Arrival<K>:
+    Resource<DynamicType = (), Scope = K::Scope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+where
+    K: Resource,
+{
+    /// The object, or why it could not be read.
+    fn decoded(self) -> Result<K, Box<InvalidObject>>;
+}
+
+/// Kinds the API server validates fully: they always decode.
+macro_rules! arrives_as_is {
+    ($($kind:ty),*) => {$(
+        impl Arrival<$kind> for $kind {
+            fn decoded(self) -> Result<$kind, Box<InvalidObject>> {
+                Ok(self)
+            }
+        }
+    )*};
+}
+
+/// Kinds tenants write: decoded behind a guard.
+macro_rules! arrives_guarded {
+    ($($kind:ty),*) => {$(
+        impl Arrival<$kind> for DeserializeGuard<$kind> {
+            fn decoded(self) -> Result<$kind, Box<InvalidObject>> {
+                self.0.map_err(Box::new)
+            }
+        }
+    )*};
+}
+
+arrives_as_is!(CachedPod, Namespace);
+arrives_guarded!(VirtualMachine, ImageMapping, ClusterImageMapping);
 
 /// Whether `obj` is within `scope`.
 fn within<K: Resource>(scope: &ListScope, obj: &K) -> bool {
@@ -53,7 +103,7 @@ pub struct Relist<K: Resource> {
 
 impl<K> Relist<K>
 where
-    K: Resource<DynamicType = ()> + Clone,
+    K: Resource<DynamicType = ()> + Projection + Clone + 'static,
 {
     #[must_use]
     pub fn new(scope: ListScope) -> Relist<K> {
@@ -63,29 +113,63 @@ where
         }
     }
 
-    /// The changes `event` makes; `cached` gives the cache's objects (read only when a list
-    /// completes).
-    pub fn changes(
+    /// The changes `event` makes to the cache `store`; each object keeps what its
+    /// [`Projection`] leaves.
+    pub fn changes<W: Arrival<K>>(
         &mut self,
-        event: watcher::Event<K>,
-        cached: impl FnOnce() -> Vec<Arc<K>>,
+        event: watcher::Event<W>,
+        store: &Store<K>,
     ) -> Vec<CacheEvent<K>> {
+        let decoded = |w: W| {
+            w.decoded().map(|mut k| {
+                k.project();
+                k
+            })
+        };
+        // The cached version of an object that can no longer be read.
+        let cached = |invalid: &InvalidObject| {
+            let name = invalid.metadata.name.as_deref()?;
+            let key = ObjectRef::new(name);
+            let key = match invalid.metadata.namespace.as_deref() {
+                Some(ns) => key.within(ns),
+                None => key,
+            };
+            store
+                .get(&key)
+                .map(|k| CacheEvent::Deleted(k.as_ref().clone()))
+        };
         match event {
             watcher::Event::Init => {
                 self.listing = Some(HashSet::new());
                 vec![CacheEvent::ListStarted(self.scope.clone())]
             }
-            watcher::Event::InitApply(obj) => {
-                if let Some(listing) = self.listing.as_mut() {
-                    listing.insert(ObjectRef::from_obj(&obj));
+            watcher::Event::InitApply(obj) => match decoded(obj) {
+                Ok(obj) => {
+                    if let Some(listing) = self.listing.as_mut() {
+                        listing.insert(ObjectRef::from_obj(&obj));
+                    }
+                    vec![CacheEvent::Applied(obj)]
                 }
-                vec![CacheEvent::Applied(obj)]
-            }
-            watcher::Event::Apply(obj) => vec![CacheEvent::Applied(obj)],
-            watcher::Event::Delete(obj) => vec![CacheEvent::Deleted(obj)],
+                // Not in the list: a cached version is deleted when the list completes.
+                Err(invalid) => vec![CacheEvent::Invalid(invalid)],
+            },
+            watcher::Event::Apply(obj) => match decoded(obj) {
+                Ok(obj) => vec![CacheEvent::Applied(obj)],
+                Err(invalid) => {
+                    let deleted = cached(&invalid);
+                    std::iter::once(CacheEvent::Invalid(invalid))
+                        .chain(deleted)
+                        .collect()
+                }
+            },
+            watcher::Event::Delete(obj) => match decoded(obj) {
+                Ok(obj) => vec![CacheEvent::Deleted(obj)],
+                Err(invalid) => cached(&invalid).into_iter().collect(),
+            },
             watcher::Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
-                let mut out: Vec<CacheEvent<K>> = cached()
+                let mut out: Vec<CacheEvent<K>> = store
+                    .state()
                     .into_iter()
                     .filter(|o| within(&self.scope, o.as_ref()))
                     .filter(|o| !listed.contains(&ObjectRef::from_obj(o.as_ref())))
@@ -117,7 +201,7 @@ where
             CacheEvent::Deleted(obj) => self
                 .writer
                 .apply_watcher_event(&watcher::Event::Delete(obj.clone())),
-            CacheEvent::ListStarted(_) => {}
+            CacheEvent::ListStarted(_) | CacheEvent::Invalid(_) => {}
             CacheEvent::Listed(scope) => {
                 if self.unlisted.remove(scope) && self.unlisted.is_empty() {
                     self.listed.mark();
@@ -128,22 +212,22 @@ where
 }
 
 /// One watch feeding a cache: what its lists cover, and what it watches.
-pub struct Source<K: Clone> {
+pub struct Source<W: Clone> {
     scope: ListScope,
-    api: Api<K>,
+    api: Api<W>,
     config: watcher::Config,
 }
 
-impl<K> Source<K>
+impl<W> Source<W>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone,
+    W: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone,
 {
-    /// Watches of `K` in each of `namespaces`; all namespaces if there are none.
+    /// Watches in each of `namespaces`; all namespaces if there are none.
     pub fn namespaced(
         client: &Client,
         namespaces: &[String],
         config: &watcher::Config,
-    ) -> Vec<Source<K>> {
+    ) -> Vec<Source<W>> {
         if namespaces.is_empty() {
             return vec![Source::all(client, config)];
         }
@@ -158,12 +242,12 @@ where
     }
 }
 
-impl<K> Source<K>
+impl<W> Source<W>
 where
-    K: Resource<DynamicType = ()> + Clone,
+    W: Resource<DynamicType = ()> + Clone,
 {
-    /// A watch of every `K`.
-    pub fn all(client: &Client, config: &watcher::Config) -> Source<K> {
+    /// A watch of every object of the kind.
+    pub fn all(client: &Client, config: &watcher::Config) -> Source<W> {
         Source {
             scope: None,
             api: Api::all(client.clone()),
@@ -171,8 +255,8 @@ where
         }
     }
 
-    /// Watches of the cluster-scoped `K` of each of `names`; all if there are none.
-    pub fn named(client: &Client, names: &[String], config: &watcher::Config) -> Vec<Source<K>> {
+    /// Watches of the cluster-scoped objects of each of `names`; all if there are none.
+    pub fn named(client: &Client, names: &[String], config: &watcher::Config) -> Vec<Source<W>> {
         if names.is_empty() {
             return vec![Source::all(client, config)];
         }
@@ -191,23 +275,17 @@ where
 /// be polled for the store to fill). Each object keeps what its [`Projection`] leaves;
 /// each watch result is reported to the liveness probe; `listed` is marked once every
 /// source has listed.
-pub fn watch<K>(
-    sources: Vec<Source<K>>,
+pub fn watch<K, W>(
+    sources: Vec<Source<W>>,
     listed: &Listed,
     health: &Arc<Health>,
 ) -> (
     Store<K>,
-    impl Stream<Item = CacheEvent<K>> + Send + 'static + use<K>,
+    impl Stream<Item = CacheEvent<K>> + Send + 'static + use<K, W>,
 )
 where
-    K: Resource<DynamicType = ()>
-        + Projection
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Resource<DynamicType = ()> + Projection + Clone + std::fmt::Debug + Send + Sync + 'static,
+    W: Arrival<K>,
 {
     let mut writer = Writer::<K>::default();
     // The store is ready from the start: lists fill it through applies and deletes, and
@@ -225,8 +303,7 @@ where
             .inspect(move |r| health.watch_result(r.is_ok()))
             // Errors are retried by the backoff and reported to the liveness probe.
             .filter_map(|r| futures::future::ready(r.ok()))
-            .map(|event| event.modify(K::project))
-            .flat_map(move |event| stream::iter(relist.changes(event, || store.state())))
+            .flat_map(move |event| stream::iter(relist.changes(event, &store)))
             .boxed()
     });
     let mut cache = Cache {
@@ -241,17 +318,25 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
     use kube::ResourceExt;
 
-    fn cm(ns: &str, name: &str) -> ConfigMap {
-        let mut c = ConfigMap::default();
-        c.metadata.namespace = Some(ns.into());
-        c.metadata.name = Some(name.into());
-        c
+    fn pod(ns: &str, name: &str) -> CachedPod {
+        let mut p = CachedPod::default();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p
     }
 
-    fn names(events: &[CacheEvent<ConfigMap>]) -> Vec<String> {
+    /// A store holding `objects`.
+    fn store_of<K: Resource<DynamicType = ()> + Clone + 'static>(objects: Vec<K>) -> Store<K> {
+        let mut writer = Writer::<K>::default();
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(o));
+        }
+        writer.as_reader()
+    }
+
+    fn names<K: Resource>(events: &[CacheEvent<K>]) -> Vec<String> {
         events
             .iter()
             .map(|e| match e {
@@ -259,26 +344,27 @@ mod tests {
                 CacheEvent::Applied(o) => format!("applied {}", o.name_any()),
                 CacheEvent::Deleted(o) => format!("deleted {}", o.name_any()),
                 CacheEvent::Listed(s) => format!("listed {s:?}"),
+                CacheEvent::Invalid(i) => {
+                    format!("invalid {}", i.metadata.name.as_deref().unwrap_or_default())
+                }
             })
             .collect()
     }
 
     #[test]
     fn a_relist_deletes_what_it_no_longer_holds_in_its_own_namespace_only() {
-        let mut relist = Relist::<ConfigMap>::new(Some("a".into()));
-        let none = Vec::new;
-        let mut out = relist.changes(watcher::Event::Init, none);
-        out.extend(relist.changes(watcher::Event::InitApply(cm("a", "kept")), none));
-        let cached = || {
-            ["kept", "gone"]
-                .map(|n| Arc::new(cm("a", n)))
-                .into_iter()
-                .chain([Arc::new(cm("b", "other"))])
-                .collect()
-        };
-        out.extend(relist.changes(watcher::Event::InitDone, cached));
-        out.extend(relist.changes(watcher::Event::Apply(cm("a", "new")), none));
-        out.extend(relist.changes(watcher::Event::Delete(cm("a", "new")), none));
+        let mut relist = Relist::<CachedPod>::new(Some("a".into()));
+        let store = store_of(vec![pod("a", "kept"), pod("a", "gone"), pod("b", "other")]);
+        let mut out = Vec::new();
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a", "kept")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(pod("a", "new")),
+            watcher::Event::Delete(pod("a", "new")),
+        ] {
+            out.extend(relist.changes(event, &store));
+        }
         assert_eq!(
             names(&out),
             [
@@ -294,11 +380,66 @@ mod tests {
 
     #[test]
     fn a_list_of_everything_deletes_anything_it_does_not_hold() {
-        let mut relist = Relist::<ConfigMap>::new(None);
-        relist.changes(watcher::Event::Init, Vec::new);
-        let cached = || vec![Arc::new(cm("a", "x")), Arc::new(cm("b", "y"))];
-        let out = relist.changes(watcher::Event::InitDone, cached);
+        let mut relist = Relist::<CachedPod>::new(None);
+        let store = store_of(vec![pod("a", "x"), pod("b", "y")]);
+        relist.changes(watcher::Event::<CachedPod>::Init, &store);
+        let mut out = relist.changes(watcher::Event::<CachedPod>::InitDone, &store);
+        out.sort_by_key(|e| names(std::slice::from_ref(e)));
         assert_eq!(names(&out), ["deleted x", "deleted y", "listed None"]);
+    }
+
+    #[test]
+    fn an_unreadable_object_is_skipped_and_its_last_readable_version_dropped() {
+        let guarded = |json: serde_json::Value| -> DeserializeGuard<VirtualMachine> {
+            serde_json::from_value(json).unwrap()
+        };
+        let readable = |name: &str| {
+            guarded(serde_json::json!({
+                "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": "dev"},
+                "spec": {"guest": {"rootDisk": {"image": "disk:1"}}}
+            }))
+        };
+        let unreadable = |name: &str| {
+            guarded(serde_json::json!({
+                "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": "dev"},
+                "spec": {"guest": {"rootDisk": {"image": "disk:1"}},
+                         "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                             {"weight": 99_999_999_999_i64, "preference": {}}]}}}
+            }))
+        };
+        let mut relist = Relist::<VirtualMachine>::new(None);
+        let store = store_of(vec![readable("was-fine").0.unwrap()]);
+        let mut out = Vec::new();
+        for event in [
+            watcher::Event::Apply(unreadable("was-fine")),
+            watcher::Event::Apply(unreadable("never-fine")),
+            watcher::Event::Init,
+            watcher::Event::InitApply(readable("ok")),
+            watcher::Event::InitApply(unreadable("never-fine")),
+        ] {
+            out.extend(relist.changes(event, &store));
+        }
+        assert_eq!(
+            names(&out),
+            [
+                "invalid was-fine",
+                "deleted was-fine",
+                "invalid never-fine",
+                "started None",
+                "applied ok",
+                "invalid never-fine",
+            ]
+        );
+        let CacheEvent::Invalid(invalid) = &out[0] else {
+            unreachable!()
+        };
+        assert!(
+            invalid.error.contains("containerPort") || invalid.error.contains("i32"),
+            "{}",
+            invalid.error
+        );
     }
 
     #[test]
@@ -314,12 +455,12 @@ mod tests {
     fn the_cache_is_listed_once_every_scope_has_listed() {
         let listed = Listed::default();
         let mut cache = Cache {
-            writer: Writer::<ConfigMap>::default(),
+            writer: Writer::<CachedPod>::default(),
             unlisted: [Some("a".into()), Some("b".into())].into_iter().collect(),
             listed: listed.clone(),
         };
         let store = cache.writer.as_reader();
-        cache.take(&CacheEvent::Applied(cm("a", "x")));
+        cache.take(&CacheEvent::Applied(pod("a", "x")));
         cache.take(&CacheEvent::Listed(Some("a".into())));
         assert!(!listed.is_marked());
         cache.take(&CacheEvent::Listed(Some("a".into())));
@@ -327,7 +468,7 @@ mod tests {
         cache.take(&CacheEvent::Listed(Some("b".into())));
         assert!(listed.is_marked());
         assert_eq!(store.state().len(), 1);
-        cache.take(&CacheEvent::Deleted(cm("a", "x")));
+        cache.take(&CacheEvent::Deleted(pod("a", "x")));
         assert!(store.state().is_empty());
     }
 }

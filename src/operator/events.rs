@@ -134,6 +134,20 @@ impl EventRecorder {
         }
     }
 
+    /// Records a Warning on the object `regarding` now; a failure is logged, never fatal.
+    pub async fn warn(&self, regarding: ObjectReference, reason: &'static str, message: String) {
+        let ev = VmEvent {
+            warning: true,
+            reason,
+            message,
+        };
+        create(
+            &self.client,
+            &event(&ev, regarding, &self.instance, Timestamp::now()),
+        )
+        .await;
+    }
+
     /// Queues `events` on `vm` for the sender task.
     pub async fn queue<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a VmEvent>) {
         for event in self.events(vm, events) {

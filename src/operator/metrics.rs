@@ -31,6 +31,7 @@ pub struct Metrics {
     duration: Histogram,
     recreations: Counter,
     conflicts: Gauge,
+    invalid_objects: Counter,
     requests: Family<RequestLabels, Counter>,
     /// The operator client's request counter, read into `requests` at each render.
     api: ApiRequests,
@@ -46,6 +47,7 @@ impl Metrics {
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let recreations = Counter::default();
         let conflicts = Gauge::default();
+        let invalid_objects = Counter::default();
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "reconciles",
@@ -73,6 +75,11 @@ impl Metrics {
             conflicts.clone(),
         );
         registry.register(
+            "invalid_objects",
+            "VirtualMachines and mappings seen that the operator could not read (skipped)",
+            invalid_objects.clone(),
+        );
+        registry.register(
             "api_requests",
             "Kubernetes API requests by verb, resource and status code",
             requests.clone(),
@@ -84,6 +91,7 @@ impl Metrics {
             duration,
             recreations,
             conflicts,
+            invalid_objects,
             requests,
             api,
         }
@@ -100,6 +108,10 @@ impl Metrics {
 
     pub(crate) fn recreated(&self) {
         self.recreations.inc();
+    }
+
+    pub(crate) fn invalid_object(&self) {
+        self.invalid_objects.inc();
     }
 
     pub(crate) fn set_conflicts(&self, n: usize) {

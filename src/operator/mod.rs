@@ -16,6 +16,7 @@ mod context;
 mod create_failures;
 mod events;
 pub mod health;
+mod invalid_objects;
 mod leader;
 mod mapping_status_writer;
 pub mod metrics;
@@ -36,14 +37,16 @@ mod writes;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::future::ready;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::Client;
+use kube::core::DeserializeGuard;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+use kube::{Client, Resource};
 
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
@@ -58,6 +61,7 @@ use crate::runner_pod::VM_LABEL;
 use cache_events::{CacheEvent, Source};
 use cached_pod::CachedPod;
 use health::Health;
+use invalid_objects::Unreadable;
 use rules_watcher::Change;
 use trigger::Trigger;
 
@@ -102,6 +106,25 @@ struct Watches {
     pods: BoxStream<'static, CacheEvent<CachedPod>>,
     /// VirtualMachine events, for the VM controller.
     vms: BoxStream<'static, Result<VirtualMachine, watcher::Error>>,
+    /// Objects the operator cannot read, for the reporter.
+    unreadable: UnboundedReceiver<Unreadable>,
+}
+
+/// Sends the unreadable objects among a cache's events to the reporter.
+fn report_unreadable<K: Resource<DynamicType = ()>>(
+    to: &UnboundedSender<Unreadable>,
+) -> impl FnMut(&CacheEvent<K>) + use<K> {
+    let to = to.clone();
+    move |event| {
+        if let CacheEvent::Invalid(object) = event {
+            // Closed only when the operator stops.
+            let _ = to.unbounded_send(Unreadable {
+                api_version: K::api_version(&()).into_owned(),
+                kind: K::kind(&()).into_owned(),
+                object: object.clone(),
+            });
+        }
+    }
 }
 
 impl Watches {
@@ -109,36 +132,41 @@ impl Watches {
         let ns = &options.namespaces;
         let all = watcher::Config::default();
         let listed = CachesListed::default();
-        let (mappings, mapping_events) = cache_events::watch::<ImageMapping>(
-            Source::namespaced(client, ns, &all),
+        let (unreadable_tx, unreadable) = invalid_objects::channel();
+        let (mappings, mapping_events) = cache_events::watch::<ImageMapping, _>(
+            Source::<DeserializeGuard<ImageMapping>>::namespaced(client, ns, &all),
             &listed.mappings,
             health,
         );
-        let (cluster_mappings, cluster_events) = cache_events::watch::<ClusterImageMapping>(
-            vec![Source::all(client, &all)],
+        let (cluster_mappings, cluster_events) = cache_events::watch::<ClusterImageMapping, _>(
+            vec![Source::<DeserializeGuard<ClusterImageMapping>>::all(
+                client, &all,
+            )],
             &listed.cluster_mappings,
             health,
         );
-        let (namespaces, namespace_events) = cache_events::watch::<Namespace>(
+        let (namespaces, namespace_events) = cache_events::watch::<Namespace, Namespace>(
             Source::named(client, ns, &all),
             &listed.namespaces,
             health,
         );
-        let (pods, pod_events) = cache_events::watch::<CachedPod>(
+        let (pods, pod_events) = cache_events::watch::<CachedPod, CachedPod>(
             Source::namespaced(client, ns, &all.clone().labels(VM_LABEL)),
             &listed.pods,
             health,
         );
-        let (vms, vm_events) = cache_events::watch::<VirtualMachine>(
-            Source::namespaced(client, ns, &all),
+        let (vms, vm_events) = cache_events::watch::<VirtualMachine, _>(
+            Source::<DeserializeGuard<VirtualMachine>>::namespaced(client, ns, &all),
             &listed.vms,
             health,
         );
         let changes = stream::select_all([
             mapping_events
+                .inspect(report_unreadable(&unreadable_tx))
                 .filter_map(|e| ready(Change::of_mapping(&e)))
                 .boxed(),
             cluster_events
+                .inspect(report_unreadable(&unreadable_tx))
                 .filter_map(|e| ready(Change::of_mapping(&e)))
                 .boxed(),
             namespace_events
@@ -148,6 +176,7 @@ impl Watches {
         .boxed();
         let vm_health = Arc::clone(health);
         let vm_events = vm_events
+            .inspect(report_unreadable(&unreadable_tx))
             .filter_map(|e| {
                 ready(match e {
                     CacheEvent::Applied(vm) => Some(Ok(vm)),
@@ -169,6 +198,7 @@ impl Watches {
             changes,
             pods: pod_events.boxed(),
             vms: vm_events,
+            unreadable,
         }
     }
 }
@@ -208,6 +238,10 @@ pub async fn run_with(
             Arc::clone(&ctx.expectations),
             trigger,
         ),
+    );
+    tasks.spawn(
+        "unreadable object reporter",
+        invalid_objects::report(Arc::clone(&ctx), watches.unreadable),
     );
     tasks.spawn(
         "mapping status writer",

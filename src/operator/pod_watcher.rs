@@ -43,6 +43,8 @@ pub async fn run(
             CacheEvent::Listed(scope) => expectations.listed(scope),
             CacheEvent::Applied(pod) => observed(&pod, &index, &expectations, &trigger, true),
             CacheEvent::Deleted(pod) => observed(&pod, &index, &expectations, &trigger, false),
+            // Pods are validated by the API server: every one is readable.
+            CacheEvent::Invalid(_) => {}
         }
     }
 }

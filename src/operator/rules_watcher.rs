@@ -32,7 +32,7 @@ impl Change {
     pub fn of_mapping<K>(event: &CacheEvent<K>) -> Option<Change> {
         match event {
             CacheEvent::Applied(_) | CacheEvent::Deleted(_) => Some(Change::Rules),
-            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) => None,
+            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) | CacheEvent::Invalid(_) => None,
         }
     }
 
@@ -42,7 +42,7 @@ impl Change {
             CacheEvent::Applied(ns) | CacheEvent::Deleted(ns) => {
                 Some(Change::Namespace(ns.name_any()))
             }
-            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) => None,
+            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) | CacheEvent::Invalid(_) => None,
         }
     }
 }

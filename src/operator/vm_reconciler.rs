@@ -71,7 +71,17 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
     }
     // The status this operator wrote may not be in the cache yet: plan from the latest.
     let latest = ctx.status_memory.latest(vm);
-    let plan = observe_and_plan(&latest, ctx, &namespace);
+    let mut plan = observe_and_plan(&latest, ctx, &namespace, None);
+    let replaces = plan
+        .actions
+        .iter()
+        .any(|a| matches!(a, PodAction::Replace { .. }));
+    if replaces && let Err(wait) = ctx.budget.take() {
+        // The VM says so, and the pod stays until a recreation is free.
+        let wait = wait.max(Duration::from_secs(1));
+        tracing::info!(vm = %name_of(vm), ?wait, "recreation budget spent; waiting");
+        plan = observe_and_plan(&latest, ctx, &namespace, Some(wait));
+    }
     match apply(vm, &latest, ctx, &namespace, &plan).await {
         Err(ReconcileError::CreatePod { pod, source }) => match refusal(&source) {
             // The VM says why it has no pod, and the create waits before the next attempt.
@@ -80,7 +90,7 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
                 ctx.create_failures
                     .refused(vm, message, std::time::Instant::now());
                 let latest = ctx.status_memory.latest(vm);
-                let plan = observe_and_plan(&latest, ctx, &namespace);
+                let plan = observe_and_plan(&latest, ctx, &namespace, None);
                 apply(vm, &latest, ctx, &namespace, &plan).await
             }
             None => Err(ReconcileError::CreatePod { pod, source }),
@@ -100,8 +110,14 @@ fn refusal(error: &kube::Error) -> Option<String> {
     }
 }
 
-/// Observes the VM's resolution and pods from the caches, and plans.
-fn observe_and_plan(vm: &VirtualMachine, ctx: &Context, namespace: &str) -> Plan {
+/// Observes the VM's resolution and pods from the caches, and plans; `recreation_wait`:
+/// the recreation budget is spent for that long.
+fn observe_and_plan(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    namespace: &str,
+    recreation_wait: Option<Duration>,
+) -> Plan {
     let resolution = vm_images::resolve_vm(
         &ctx.rules.current(),
         vm,
@@ -119,6 +135,7 @@ fn observe_and_plan(vm: &VirtualMachine, ctx: &Context, namespace: &str) -> Plan
         resolution: &resolution,
         expected_pod: expected.as_deref(),
         create_failure: refused.as_ref(),
+        recreation_wait,
         now: conditions::now(),
     })
 }
@@ -165,11 +182,7 @@ async fn apply(
                 ctx.expectations.forget(&vm_ref);
             }
             PodAction::Replace { name, uid, new } => {
-                if let Err(wait) = ctx.budget.take() {
-                    tracing::info!(vm = %vm_ref, pod = %name, ?wait, "recreation budget spent; waiting");
-                    requeue = Some(wait.max(Duration::from_secs(1)));
-                    continue;
-                }
+                // (The recreation budget was taken when planning.)
                 // An unscheduled pod is gone at once; a running one terminates first, and its
                 // deletion event brings the VM back here to create the replacement.
                 let deletion = delete(&pods, name, uid).await?;

@@ -91,6 +91,13 @@ fn images_current(resolution: &VmResolution, pod: &PodImages) -> Parts {
                 "the pod runs older images ({changes}); they apply when the pod is next created"
             ),
         ),
+        PodImages::Throttled(changes) => (
+            Status::False,
+            reason::RECREATION_THROTTLED,
+            format!(
+                "the pod runs older images ({changes}); its replacement waits for the recreation budget (--max-recreates-per-minute)"
+            ),
+        ),
         PodImages::NoPod => (Status::Unknown, reason::NO_POD, "no runner pod runs".into()),
     }
 }

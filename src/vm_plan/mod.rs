@@ -36,6 +36,8 @@ pub struct Observation<'a> {
     pub expected_pod: Option<&'a str>,
     /// The API server refused the last pod create for this spec of the VM.
     pub create_failure: Option<&'a CreateFailure>,
+    /// The liveReload recreation budget is spent; one is free again after this long.
+    pub recreation_wait: Option<Duration>,
     pub now: Time,
 }
 
@@ -116,6 +118,11 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         .create_failure
         .filter(|_| pods.actions.iter().any(creates));
     let mut recheck = pods.starting;
+    if let Some(wait) = obs.recreation_wait
+        && pods.hold_replacement(&obs.pods)
+    {
+        recheck = Some(wait);
+    }
     if let Some(wait) = refused.and_then(|f| f.retry_in) {
         pods.actions.retain(|a| !creates(a));
         pods.transitions

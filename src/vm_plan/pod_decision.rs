@@ -100,6 +100,8 @@ pub enum PodImages {
     Current,
     /// It runs older images and liveReload is off.
     RestartRequired(ImageChanges),
+    /// It runs older images and its replacement waits for the recreation budget.
+    Throttled(ImageChanges),
     /// No pod runs, and none is started.
     NoPod,
 }
@@ -131,6 +133,39 @@ fn delete(pod: &Pod) -> PodAction {
     PodAction::Delete {
         name: pod.name_any(),
         uid: pod.uid().unwrap_or_default(),
+    }
+}
+
+impl PodDecision {
+    /// Holds back a liveReload replacement while the recreation budget is spent: the live
+    /// pod (one of `pods`) stays, and is what the status names. Whether there was one.
+    pub fn hold_replacement(&mut self, pods: &[&Pod]) -> bool {
+        let Some(i) = self
+            .actions
+            .iter()
+            .position(|a| matches!(a, PodAction::Replace { .. }))
+        else {
+            return false;
+        };
+        let PodAction::Replace { name, .. } = self.actions.remove(i) else {
+            return false;
+        };
+        let mut changes = ImageChanges::default();
+        self.transitions.retain(|t| match t {
+            PodTransition::Recreating { changes: c, .. } => {
+                changes = c.clone();
+                false
+            }
+            _ => true,
+        });
+        self.phase = pods
+            .iter()
+            .find(|p| p.name_any() == name)
+            .map(|p| pod_phase(p))
+            .or(self.phase);
+        self.pod_name = Some(name);
+        self.images = PodImages::Throttled(changes);
+        true
     }
 }
 

@@ -48,6 +48,7 @@ fn run(vm: &VirtualMachine, pods: &[Pod], res: &VmResolution) -> Plan {
         resolution: res,
         expected_pod: None,
         create_failure: None,
+        recreation_wait: None,
         now: now(),
     })
 }
@@ -276,6 +277,7 @@ fn stale_and_terminating_pods_block_creation() {
         resolution: &resolution("disk:1"),
         expected_pod: Some("x"),
         create_failure: None,
+        recreation_wait: None,
         now: now(),
     });
     assert!(p.actions.is_empty() && p.waiting);
@@ -315,6 +317,7 @@ fn transition_times_are_kept_while_a_condition_holds() {
         resolution: &resolution("disk:1"),
         expected_pod: None,
         create_failure: None,
+        recreation_wait: None,
         now: later,
     });
     assert_eq!(p2.status, p.status);
@@ -377,6 +380,7 @@ fn a_starting_pod_defers_the_status_write_until_it_runs_or_its_grace_ends() {
         resolution: &resolution("disk:1"),
         expected_pod: None,
         create_failure: None,
+        recreation_wait: None,
         now: later,
     });
     assert!(p.write_status && p.recheck.is_none());
@@ -431,6 +435,7 @@ fn a_refused_create_says_why_and_waits_for_its_retry() {
             resolution: &res,
             expected_pod: None,
             create_failure: Some(failure),
+            recreation_wait: None,
             now: now(),
         })
     };
@@ -476,8 +481,49 @@ fn a_refused_create_says_why_and_waits_for_its_retry() {
         resolution: &res,
         expected_pod: None,
         create_failure: Some(&due),
+        recreation_wait: None,
         now: now(),
     });
     let ready = crate::conditions::find(&p3.status.conditions, "Ready").unwrap();
     assert_eq!(ready.reason, "Pending");
+}
+
+#[test]
+fn a_replacement_held_by_the_recreation_budget_keeps_the_pod_and_says_so() {
+    let mut v = vm(true, "Always");
+    let mut pods = Vec::new();
+    settle(&mut v, &mut pods, &resolution("disk:1"));
+    set_pod_phase(&mut pods[0], "Running", true);
+    settle(&mut v, &mut pods, &resolution("disk:1"));
+    let old = pods[0].name_any();
+    let wait = Duration::from_secs(7);
+    let p = plan(&Observation {
+        vm: &v,
+        pods: pods.iter().collect(),
+        resolution: &resolution("disk:2"),
+        expected_pod: None,
+        create_failure: None,
+        recreation_wait: Some(wait),
+        now: now(),
+    });
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.recheck, Some(wait));
+    assert!(p.write_status);
+    assert_eq!(p.status.pod_name.as_deref(), Some(old.as_str()));
+    assert_eq!(p.status.phase, Some(VmPhase::Running));
+    let current = cond(&p, "ImagesCurrent");
+    assert_eq!(
+        (current.status.as_str(), current.reason.as_str()),
+        ("False", "RecreationThrottled")
+    );
+    assert!(
+        current.message.contains("disk:1 → disk:2"),
+        "{}",
+        current.message
+    );
+    assert!(p.events.is_empty(), "{:?}", p.events);
+    // With a recreation free, the pod is replaced and that is announced.
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(matches!(&p.actions[..], [PodAction::Replace { .. }]));
+    assert_eq!(p.events[0].reason, "PodRecreated");
 }
