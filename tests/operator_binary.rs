@@ -25,18 +25,20 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_imagemap"))
-        .args([
-            "run",
-            "--namespace",
-            &ns,
-            "--log-format",
-            "json",
-            &format!("--health-addr=127.0.0.1:{port}"),
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_imagemap"))
+            .args([
+                "run",
+                "--namespace",
+                &ns,
+                "--log-format",
+                "json",
+                &format!("--health-addr=127.0.0.1:{port}"),
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     // Ready once the caches have listed; polled, as a kubelet probe would.
     let deadline = Instant::now() + WAIT;
     let ready = loop {
@@ -60,12 +62,12 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
     assert_eq!(http_get(port, "/nope").unwrap().0, 404);
 
     Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &child.0.id().to_string()])
         .status()
         .unwrap();
     let stopped = Instant::now();
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
         assert!(stopped.elapsed() < WAIT, "still running after SIGTERM");
@@ -74,6 +76,7 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
     assert!(status.success(), "{status}");
     let mut logs = String::new();
     child
+        .0
         .stderr
         .take()
         .unwrap()
@@ -85,6 +88,16 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
         assert!(v["level"].is_string());
     }
     assert!(logs.contains("letting running reconciles finish"), "{logs}");
+}
+
+/// A child process killed when dropped, also when a test fails.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Peak resident memory of a process, in MiB (`VmHWM`).
@@ -147,18 +160,20 @@ async fn one_tenants_colliding_rules_cost_little_and_hold_up_no_one() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_imagemap"))
-        .args([
-            "run",
-            "--namespace",
-            &tenant,
-            "--namespace",
-            &other,
-            &format!("--health-addr=127.0.0.1:{port}"),
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_imagemap"))
+            .args([
+                "run",
+                "--namespace",
+                &tenant,
+                "--namespace",
+                &other,
+                &format!("--health-addr=127.0.0.1:{port}"),
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + WAIT;
     while http_get(port, "/readyz").map(|r| r.0) != Some(200) {
         assert!(Instant::now() < deadline, "never ready");
@@ -207,9 +222,8 @@ async fn one_tenants_colliding_rules_cost_little_and_hold_up_no_one() {
     )
     .await;
     let took = started.elapsed();
-    let peak = peak_rss_mib(child.id());
-    child.kill().unwrap();
-    let _ = child.wait();
+    let peak = peak_rss_mib(child.0.id());
+    drop(child);
     println!("neighbour's pod after {took:?}; operator peak RSS {peak:.0} MiB");
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(peak < 128.0, "peak RSS {peak:.0} MiB");
