@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -31,11 +30,7 @@ async fn a_missing_crd_keeps_the_operator_not_ready_until_it_is_installed() {
     .expect("the CRD is deleted in time")
     .unwrap();
 
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_imagemap"))
         .args([
             "run",

@@ -1164,7 +1164,10 @@ async fn a_replacement_the_recreation_budget_holds_back_is_reported_not_announce
     let name = held.name_any();
     let (status, _, message) = condition(held, "ImagesCurrent").unwrap();
     assert_eq!(status, "False");
-    assert!(message.contains("compute:1 → localhost:5000/compute:2"), "{message}");
+    assert!(
+        message.contains("compute:1 → localhost:5000/compute:2"),
+        "{message}"
+    );
     // The status still names the old pod, which still runs.
     let old = &before[name.as_str()];
     assert_eq!(held.status.as_ref().unwrap().pod_name.as_ref(), Some(old));
@@ -1184,5 +1187,8 @@ async fn a_replacement_the_recreation_budget_holds_back_is_reported_not_announce
             ev.involved_object.name.as_deref() == Some(name.as_str())
                 && ev.reason.as_deref() == Some("PodRecreated")
         });
-    assert!(!announced, "{name} announced a recreation that did not happen");
+    assert!(
+        !announced,
+        "{name} announced a recreation that did not happen"
+    );
 }

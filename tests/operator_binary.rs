@@ -8,7 +8,6 @@
 mod support;
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,11 +19,7 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
     let client = client().await;
     install_crds(&client).await;
     let ns = fresh_namespace(&client, "binary").await;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut child = Killed(
         Command::new(env!("CARGO_BIN_EXE_imagemap"))
             .args([
@@ -155,11 +150,7 @@ async fn one_tenants_colliding_rules_cost_little_and_hold_up_no_one() {
         .create(&PostParams::default(), &vm("tied"))
         .await
         .unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let child = Killed(
         Command::new(env!("CARGO_BIN_EXE_imagemap"))
             .args([

@@ -265,6 +265,30 @@ fn documents<T: serde::de::DeserializeOwned>(text: &str, kind: &str) -> Vec<T> {
         .collect()
 }
 
+/// A new ServiceAccount `name` in the operator's namespace, as a binding's subject.
+async fn service_account(admin: &Client, name: &str) -> Subject {
+    Api::<ServiceAccount>::namespaced(admin.clone(), SYSTEM_NS)
+        .create(
+            &PostParams::default(),
+            &ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(SYSTEM_NS.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: name.into(),
+        namespace: Some(SYSTEM_NS.into()),
+        ..Default::default()
+    }
+}
+
 /// A ServiceAccount bound to the shipped roles with one rule removed (`None`: all rules).
 async fn account_without(admin: &Client, name: &str, drop_rule: Option<usize>) -> String {
     let text = std::fs::read_to_string(repo("deploy/operator-rbac.yaml")).unwrap();
@@ -283,23 +307,8 @@ async fn account_without(admin: &Client, name: &str, drop_rule: Option<usize>) -
         namespace: ns.map(Into::into),
         ..Default::default()
     };
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: name.into(),
-        namespace: Some(SYSTEM_NS.into()),
-        ..Default::default()
-    };
+    let subject = service_account(admin, name).await;
     let pp = PostParams::default();
-    Api::<ServiceAccount>::namespaced(admin.clone(), SYSTEM_NS)
-        .create(
-            &pp,
-            &ServiceAccount {
-                metadata: meta(Some(SYSTEM_NS)),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
     cluster_role.metadata = meta(None);
     Api::<ClusterRole>::all(admin.clone())
         .create(&pp, &cluster_role)
@@ -416,23 +425,8 @@ async fn with_namespaces_the_operator_needs_rights_only_in_them() {
         namespace: namespace.map(Into::into),
         ..Default::default()
     };
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: name.clone(),
-        namespace: Some(SYSTEM_NS.into()),
-        ..Default::default()
-    };
+    let subject = service_account(&admin, &name).await;
     let pp = PostParams::default();
-    Api::<ServiceAccount>::namespaced(admin.clone(), SYSTEM_NS)
-        .create(
-            &pp,
-            &ServiceAccount {
-                metadata: meta(Some(SYSTEM_NS)),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
     // Cluster-wide: only reading namespaces and ClusterImageMappings.
     let cluster_role: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": name},

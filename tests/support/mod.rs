@@ -316,6 +316,15 @@ pub async fn wait_value<T>(
     }
 }
 
+/// A loopback port no one listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a loopback port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}
+
 /// A plain HTTP GET on loopback: `(status code, body)`, or `None` when nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
