@@ -24,6 +24,8 @@ pub mod reason {
     /// The API server refused the runner pod (quota, Pod Security admission, invalid
     /// fields); the message says what it said.
     pub const POD_CREATE_FAILED: &str = "PodCreateFailed";
+    /// The runner pod ended soon after it started; the next waits (10 s doubling to 5 min).
+    pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
     // VirtualMachine `ImagesResolved`.
     pub const RESOLVED: &str = "Resolved";
     pub const INVALID_REWRITE: &str = "InvalidRewrite";

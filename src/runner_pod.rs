@@ -248,6 +248,26 @@ pub fn pod_starting(pod: &Pod, now: &Time) -> Option<std::time::Duration> {
         .filter(|left| !left.is_zero())
 }
 
+/// When the runner container of a finished pod started and finished, as its kubelet reported.
+#[must_use]
+pub fn runner_ran(pod: &Pod) -> Option<(Time, Time)> {
+    let terminated = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == RUNNER_CONTAINER)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?;
+    Some((
+        terminated.started_at.clone()?,
+        terminated.finished_at.clone()?,
+    ))
+}
+
 /// The VM phase a pod's status shows: `Running` once the runner container is ready.
 #[must_use]
 pub fn pod_phase(pod: &Pod) -> VmPhase {

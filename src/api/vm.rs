@@ -198,6 +198,11 @@ pub struct VirtualMachineStatus {
     #[serde(default)]
     #[schemars(range(min = 0, max = 2_147_483_647))]
     pub restart_count: i32,
+    /// Restarts in a row after pods that ran less than 10 minutes; the wait before the next
+    /// doubles with each, from 10 s to 5 minutes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
+    pub crash_loop_count: i32,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
@@ -208,6 +213,11 @@ pub struct VirtualMachineStatus {
     /// `Ready`, `ImagesResolved`, `ImagesCurrent`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // The signature serde calls.
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// The resolution of one image slot.

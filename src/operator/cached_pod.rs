@@ -5,9 +5,10 @@ use std::borrow::Cow;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition,
+    PodSpec, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::{Deserialize, Serialize};
 
@@ -38,12 +39,31 @@ pub struct CachedCondition {
     pub status: String,
 }
 
-/// A container status's name and readiness.
+/// When a container that ended had started and finished.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedTerminated {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+}
+
+/// A container's state, as far as it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedContainerState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<CachedTerminated>,
+}
+
+/// A container status's name, readiness, and when it ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CachedContainerStatus {
     pub name: String,
     #[serde(default)]
     pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<CachedContainerState>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +144,14 @@ impl CachedPod {
                     .map(|c| ContainerStatus {
                         name: c.name.clone(),
                         ready: c.ready,
+                        state: c.state.as_ref().map(|s| ContainerState {
+                            terminated: s.terminated.as_ref().map(|t| ContainerStateTerminated {
+                                started_at: t.started_at.clone(),
+                                finished_at: t.finished_at.clone(),
+                                ..ContainerStateTerminated::default()
+                            }),
+                            ..ContainerState::default()
+                        }),
                         ..ContainerStatus::default()
                     })
                     .collect()
@@ -202,6 +230,16 @@ mod tests {
                 name: "runner".into(),
                 ready: true,
                 image: "runner:1".into(),
+                // (A terminated state, as a finished pod's, to read back too.)
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        started_at: Some(Time(Timestamp::from_second(100).unwrap())),
+                        finished_at: Some(Time(Timestamp::from_second(160).unwrap())),
+                        exit_code: 1,
+                        ..ContainerStateTerminated::default()
+                    }),
+                    ..ContainerState::default()
+                }),
                 ..ContainerStatus::default()
             }]),
             ..PodStatus::default()
@@ -215,6 +253,8 @@ mod tests {
         assert_eq!(pod_images_hash(&pod), pod_images_hash(&full));
         assert_eq!(pod_restart_count(&pod), Some(2));
         assert_eq!(pod_phase(&pod), pod_phase(&full));
+        assert_eq!(runner_pod::runner_ran(&pod), runner_pod::runner_ran(&full));
+        assert!(runner_pod::runner_ran(&pod).is_some());
         let now = Time(Timestamp::from_second(101).unwrap());
         assert_eq!(pod_starting(&pod, &now), pod_starting(&full, &now));
         assert_eq!(

@@ -10,14 +10,38 @@ use super::pod_decision::PodImages;
 
 type Parts = (Status, &'static str, String);
 
-fn ready(phase: VmPhase, create_refused: Option<&str>) -> Parts {
-    if let Some(message) = create_refused {
+/// What the VM's `Ready` condition follows.
+#[derive(Debug, Clone, Copy)]
+pub struct Readiness<'a> {
+    pub phase: VmPhase,
+    /// What the API server said when it refused to create the pod.
+    pub create_refused: Option<&'a str>,
+    /// The finished pod's restart backs off for this long yet.
+    pub restart_wait: Option<std::time::Duration>,
+    /// Restarts in a row after short runs.
+    pub crash_loop_count: i32,
+}
+
+fn ready(r: &Readiness<'_>) -> Parts {
+    if let Some(message) = r.create_refused {
         return (
             Status::False,
             reason::POD_CREATE_FAILED,
             format!("the runner pod could not be created: {message}"),
         );
     }
+    if let Some(wait) = r.restart_wait {
+        return (
+            Status::False,
+            reason::CRASH_LOOP_BACK_OFF,
+            format!(
+                "the runner pod ended after a short run ({} in a row); the next starts in {} s",
+                r.crash_loop_count.saturating_add(1),
+                wait.as_secs().max(1)
+            ),
+        );
+    }
+    let phase = r.phase;
     let why = match phase {
         VmPhase::Running => return (Status::True, reason::RUNNING, String::new()),
         VmPhase::Pending => reason::PENDING,
@@ -102,21 +126,20 @@ fn images_current(resolution: &VmResolution, pod: &PodImages) -> Parts {
     }
 }
 
-/// The VM's conditions, given the phase and pod images decided in step 1, and what the
-/// API server said when it refused to create the pod.
+/// The VM's conditions, given what step 1 decided of the pod, and what the API server said
+/// when it refused to create one.
 #[must_use]
 pub fn conditions(
     previous: &[Condition],
     observed_generation: Option<i64>,
     now: &Time,
-    phase: VmPhase,
-    create_refused: Option<&str>,
+    readiness: &Readiness<'_>,
     resolution: &VmResolution,
     pod: &PodImages,
 ) -> Vec<Condition> {
     let build = Conditions::new(previous, observed_generation, now);
     [
-        (kind::READY, ready(phase, create_refused)),
+        (kind::READY, ready(readiness)),
         (kind::IMAGES_RESOLVED, images_resolved(resolution)),
         (kind::IMAGES_CURRENT, images_current(resolution, pod)),
     ]

@@ -14,6 +14,7 @@
 pub mod conditions;
 pub mod events;
 pub mod pod_decision;
+pub mod restart_backoff;
 
 use std::time::Duration;
 
@@ -117,7 +118,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
     let refused = obs
         .create_failure
         .filter(|_| pods.actions.iter().any(creates));
-    let mut recheck = pods.starting;
+    let mut recheck = pods.starting.or(pods.restart_wait);
     if let Some(wait) = obs.recreation_wait
         && pods.hold_replacement(&obs.pods)
     {
@@ -133,8 +134,12 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         &prev.conditions,
         vm.metadata.generation,
         &obs.now,
-        pods.phase.unwrap_or(VmPhase::Pending),
-        refused.map(|f| f.message.as_str()),
+        &conditions::Readiness {
+            phase: pods.phase.unwrap_or(VmPhase::Pending),
+            create_refused: refused.map(|f| f.message.as_str()),
+            restart_wait: pods.restart_wait,
+            crash_loop_count: pods.crash_loop_count,
+        },
         obs.resolution,
         &pods.images,
     );
@@ -150,6 +155,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
             phase: pods.phase,
             pod_name: pods.pod_name,
             restart_count: pods.restart_count,
+            crash_loop_count: pods.crash_loop_count,
             observed_generation: vm.metadata.generation,
             resolved_images: images,
             conditions,

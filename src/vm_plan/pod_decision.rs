@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use crate::api::{ResolvedImage, RestartPolicy, VirtualMachine, VirtualMachineStatus, VmPhase};
 use crate::runner_pod::{self, pod_images, pod_images_hash, pod_phase, pod_restart_count};
 
-use super::PodAction;
+use super::{PodAction, restart_backoff};
 
 /// One slot whose image differs between the live pod and the resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +112,10 @@ pub struct PodDecision {
     pub phase: Option<VmPhase>,
     pub pod_name: Option<String>,
     pub restart_count: i32,
+    /// Restarts in a row after short runs (see [`super::restart_backoff`]).
+    pub crash_loop_count: i32,
+    /// The finished pod's restart backs off for this long yet.
+    pub restart_wait: Option<Duration>,
     pub actions: Vec<PodAction>,
     pub transitions: Vec<PodTransition>,
     /// Waiting for a deletion to finish before creating.
@@ -215,6 +219,13 @@ impl Inputs<'_> {
         }
         let finished = matches!(phase, VmPhase::Succeeded | VmPhase::Failed);
         if finished && should_restart(policy, phase) && self.desired_hash.is_some() {
+            let next = restart_backoff::next_restart(out.crash_loop_count, Some(pod));
+            if let Some(left) = next.wait_left(self.now) {
+                // The finished pod stays until its restart may start.
+                out.restart_wait = Some(left);
+                return;
+            }
+            out.crash_loop_count = next.crash_loop_count;
             // The finished pod is deleted in this pass; creation waits for it.
             out.actions.push(delete(pod));
             out.transitions.push(PodTransition::Restarting {
@@ -273,6 +284,8 @@ impl Inputs<'_> {
         if phase == VmPhase::Pending {
             self.create(out, out.restart_count, !replaced);
         } else if should_restart(policy, phase) {
+            out.crash_loop_count =
+                restart_backoff::next_restart(out.crash_loop_count, None).crash_loop_count;
             out.transitions.push(PodTransition::Restarting {
                 pod: None,
                 phase,
@@ -300,6 +313,8 @@ pub fn decide(
         phase: prev.phase,
         pod_name: prev.pod_name.clone(),
         restart_count,
+        crash_loop_count: prev.crash_loop_count,
+        restart_wait: None,
         actions: Vec::new(),
         transitions: Vec::new(),
         waiting: false,

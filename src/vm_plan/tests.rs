@@ -527,3 +527,57 @@ fn a_replacement_held_by_the_recreation_budget_keeps_the_pod_and_says_so() {
     assert!(matches!(&p.actions[..], [PodAction::Replace { .. }]));
     assert_eq!(p.events[0].reason, "PodRecreated");
 }
+
+#[test]
+fn a_pod_that_ends_soon_is_restarted_after_a_back_off() {
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated};
+    let mut v = vm(false, "Always");
+    let mut pods = Vec::new();
+    settle(&mut v, &mut pods, &resolution("disk:1"));
+    // The runner ran 3 s and failed 2 s ago.
+    let at = |s: i64| Time(Timestamp::from_second(1_800_000_000 + s).unwrap());
+    set_pod_phase(&mut pods[0], "Failed", false);
+    pods[0]
+        .status
+        .as_mut()
+        .unwrap()
+        .container_statuses
+        .as_mut()
+        .unwrap()[0]
+        .state = Some(ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            started_at: Some(at(-5)),
+            finished_at: Some(at(-2)),
+            ..ContainerStateTerminated::default()
+        }),
+        ..ContainerState::default()
+    });
+    let observe = |v: &VirtualMachine, pods: &[Pod], now: Time| {
+        plan(&Observation {
+            vm: v,
+            pods: pods.iter().collect(),
+            resolution: &resolution("disk:1"),
+            expected_pod: None,
+            create_failure: None,
+            recreation_wait: None,
+            now,
+        })
+    };
+    let p = observe(&v, &pods, now());
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.recheck, Some(Duration::from_secs(8)));
+    assert_eq!(p.status.phase, Some(VmPhase::Failed));
+    let ready = cond(&p, "Ready");
+    assert_eq!(ready.reason, "CrashLoopBackOff");
+    assert!(
+        ready.message.contains("next starts in 8 s"),
+        "{}",
+        ready.message
+    );
+    assert!(p.write_status);
+    // Ten seconds after it finished: restarted, one quick restart counted.
+    let p = observe(&v, &pods, at(8));
+    assert!(matches!(&p.actions[..], [PodAction::Delete { .. }]));
+    assert_eq!((p.status.restart_count, p.status.crash_loop_count), (1, 1));
+    assert_eq!(p.events[0].reason, "Restarting");
+}
