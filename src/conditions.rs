@@ -12,6 +12,11 @@ pub mod kind {
     pub const IMAGES_RESOLVED: &str = "ImagesResolved";
     /// VirtualMachine: the pod runs the images its slots resolve to now.
     pub const IMAGES_CURRENT: &str = "ImagesCurrent";
+    /// kstatus: work toward the spec is under way (present only while True).
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus: the object cannot reach its spec without a person's change (present only
+    /// while True).
+    pub const STALLED: &str = "Stalled";
 }
 
 /// Condition reasons.
@@ -108,6 +113,41 @@ impl<'a> Conditions<'a> {
             last_transition_time,
         }
     }
+}
+
+/// What the kstatus conditions follow: the (condition type, reason) pairs that mean the
+/// object is stalled, and those that mean work is under way.
+pub struct KstatusRules<'r> {
+    pub stalled: &'r [(&'r str, &'r str)],
+    pub reconciling: &'r [(&'r str, &'r str)],
+}
+
+/// `conditions` with the kstatus condition they call for, if any: `Stalled=True` (before
+/// `Reconciling`) or `Reconciling=True`, with the reason and message of the condition that
+/// calls for it. Tools that read kstatus (Flux, kpt, Argo CD's health checks through it) then
+/// see the object as Failed, InProgress or Current.
+#[must_use]
+pub fn with_kstatus(
+    build: &Conditions<'_>,
+    mut conditions: Vec<Condition>,
+    rules: &KstatusRules<'_>,
+) -> Vec<Condition> {
+    let cause = |pairs: &[(&str, &str)]| {
+        pairs.iter().find_map(|&(ty, why)| {
+            find(&conditions, ty)
+                .filter(|c| c.reason == why && c.status != "True")
+                .map(|c| (c.reason.clone(), c.message.clone()))
+        })
+    };
+    let extra = match (cause(rules.stalled), cause(rules.reconciling)) {
+        (Some((why, message)), _) => Some(build.build(kind::STALLED, Status::True, &why, message)),
+        (None, Some((why, message))) => {
+            Some(build.build(kind::RECONCILING, Status::True, &why, message))
+        }
+        (None, None) => None,
+    };
+    conditions.extend(extra);
+    conditions
 }
 
 /// The condition of `type_` in `conditions`.

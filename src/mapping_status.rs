@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use crate::api::{
     ClusterImageMapping, ImageMapping, ImageMappingStatus, RuleStatus, VirtualMachine,
 };
-use crate::conditions::{Conditions, Status, kind, reason};
+use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
 use crate::rules::{
     MappingKey, Mode, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
 };
@@ -161,6 +161,16 @@ fn problems_by_mapping(preview: &RuleSet, ties: Ties) -> BTreeMap<MappingKey, Ve
     out
 }
 
+/// A mapping is stalled while one of its rules is not usable as written.
+const MAPPING_KSTATUS: KstatusRules<'static> = KstatusRules {
+    stalled: &[
+        (kind::READY, reason::INVALID_RULE),
+        (kind::READY, reason::CONFLICT),
+        (kind::READY, reason::DISALLOWED_TARGET),
+    ],
+    reconciling: &[],
+};
+
 /// The most problems a mapping's `Ready` message names; the others are counted (each rule's
 /// own problem is in `status.rules[]`).
 pub const NAMED_PROBLEMS: usize = 8;
@@ -233,13 +243,17 @@ pub fn mapping_statuses<'a>(
             .previous
             .map(|p| p.conditions.as_slice())
             .unwrap_or_default();
-        let ready =
-            Conditions::new(previous, m.generation, now).build(kind::READY, status, why, message);
+        let build = Conditions::new(previous, m.generation, now);
+        let conditions = with_kstatus(
+            &build,
+            vec![build.build(kind::READY, status, why, message)],
+            &MAPPING_KSTATUS,
+        );
         out.statuses.insert(
             m.key.clone(),
             ImageMappingStatus {
                 observed_generation: m.generation,
-                conditions: vec![ready],
+                conditions,
                 rule_count: Some(i32::try_from(m.rule_count).unwrap_or(i32::MAX)),
                 affected_vms: Some(i32::try_from(all_vms.len()).unwrap_or(i32::MAX)),
                 rules,
@@ -300,11 +314,22 @@ mod tests {
             "{}",
             alpha.conditions[0].message
         );
+        // kstatus: stalled until the rules change.
+        let stalled = &alpha.conditions[1];
+        assert_eq!(
+            (
+                stalled.type_.as_str(),
+                stalled.status.as_str(),
+                stalled.reason.as_str()
+            ),
+            ("Stalled", "True", "Conflict")
+        );
         let beta = &out[&key("beta")];
         assert_eq!(beta.conditions[0].reason, "Conflict");
         assert_eq!(beta.affected_vms, Some(0));
         let preview = &out[&key("preview")];
         assert_eq!(preview.conditions[0].reason, "DryRun");
+        assert_eq!(preview.conditions.len(), 1, "a dry run is not stalled");
         assert_eq!(preview.affected_vms, Some(1));
         assert_eq!(preview.rules[0].affected_vms, 1);
         assert_eq!(preview.observed_generation, Some(2));

@@ -3,7 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::VmPhase;
-use crate::conditions::{Conditions, Status, kind, reason};
+use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
 use crate::vm_images::{SlotError, VmResolution};
 
 use super::pod_decision::PodImages;
@@ -138,12 +138,30 @@ pub fn conditions(
     pod: &PodImages,
 ) -> Vec<Condition> {
     let build = Conditions::new(previous, observed_generation, now);
-    [
+    let conditions = [
         (kind::READY, ready(readiness)),
         (kind::IMAGES_RESOLVED, images_resolved(resolution)),
         (kind::IMAGES_CURRENT, images_current(resolution, pod)),
     ]
     .into_iter()
     .map(|(ty, (status, why, message))| build.build(ty, status, why, message))
-    .collect()
+    .collect();
+    with_kstatus(&build, conditions, &KSTATUS)
 }
+
+/// A VM is stalled when its images do not resolve, the API server refuses its pod, or its
+/// pod failed for good; it is reconciling while its pod starts, backs off, or waits for the
+/// recreation budget.
+const KSTATUS: KstatusRules<'static> = KstatusRules {
+    stalled: &[
+        (kind::IMAGES_RESOLVED, reason::INVALID_REWRITE),
+        (kind::IMAGES_RESOLVED, reason::DISALLOWED_TARGET),
+        (kind::READY, reason::POD_CREATE_FAILED),
+        (kind::READY, reason::FAILED),
+    ],
+    reconciling: &[
+        (kind::READY, reason::PENDING),
+        (kind::READY, reason::CRASH_LOOP_BACK_OFF),
+        (kind::IMAGES_CURRENT, reason::RECREATION_THROTTLED),
+    ],
+};

@@ -109,6 +109,14 @@ fn new_vm_gets_a_pod_and_steady_state_changes_nothing() {
     assert!(matches!(&p.actions[..], [PodAction::Create(_)]));
     assert_eq!(p.status.phase, Some(VmPhase::Pending));
     assert_eq!(p.events[0].reason, "PodCreated");
+    // kstatus: in progress while the pod starts.
+    assert_eq!(
+        (
+            cond(&p, "Reconciling").status.as_str(),
+            cond(&p, "Reconciling").reason.as_str()
+        ),
+        ("True", "Pending")
+    );
     apply(&mut v, &mut pods, &p);
     assert_eq!(p.status.pod_name, Some(pods[0].name_any()));
 
@@ -117,6 +125,13 @@ fn new_vm_gets_a_pod_and_steady_state_changes_nothing() {
     assert!(p.actions.is_empty());
     assert_eq!(p.status.phase, Some(VmPhase::Running));
     assert_eq!(cond(&p, "Ready").status, "True");
+    // kstatus: current — neither reconciling nor stalled.
+    assert!(
+        p.status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != "Reconciling" && c.type_ != "Stalled")
+    );
     apply(&mut v, &mut pods, &p);
     // Steady state: the same observation plans the same status, no action, no event.
     let again = run(&v, &pods, &resolution("disk:1"));
@@ -452,6 +467,12 @@ fn a_refused_create_says_why_and_waits_for_its_retry() {
         ready.message.contains("violates PodSecurity"),
         "{}",
         ready.message
+    );
+    // kstatus: failed until a person changes something.
+    let stalled = crate::conditions::find(&p.status.conditions, "Stalled").unwrap();
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "PodCreateFailed")
     );
     let warnings: Vec<_> = p.events.iter().filter(|e| e.warning).collect();
     assert_eq!(warnings.len(), 1);
