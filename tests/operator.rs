@@ -1090,6 +1090,7 @@ async fn a_pod_the_api_server_refuses_is_reported_and_tried_again() {
         message.contains("PodSecurity") && message.contains("privileged"),
         "{message}"
     );
+    assert_eq!(kstatus(&[&refused]), ["Failed"]);
     let warning = wait_event(&e, "priv", "PodCreateFailed").await;
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
     assert!(
@@ -1111,11 +1112,12 @@ async fn a_pod_the_api_server_refuses_is_reported_and_tried_again() {
         .await
         .unwrap();
     wait_single_pod(&e, "priv", COMPUTE_NORMALIZED).await;
-    wait_for(e.vms.clone(), "priv", |vm: Option<&VirtualMachine>| {
+    let running = wait_for(e.vms.clone(), "priv", |vm: Option<&VirtualMachine>| {
         vm.and_then(|vm| condition(vm, "Ready"))
-            .is_some_and(|(_, reason, _)| reason != "PodCreateFailed")
+            .is_some_and(|(status, _, _)| status == "True")
     })
     .await;
+    assert_eq!(kstatus(&[&running]), ["Current"]);
 }
 
 #[tokio::test]
@@ -1162,6 +1164,7 @@ async fn a_replacement_the_recreation_budget_holds_back_is_reported_not_announce
         .find(|v| condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RecreationThrottled"))
         .unwrap();
     let name = held.name_any();
+    assert_eq!(kstatus(&[held.as_ref()]), ["InProgress"]);
     let (status, _, message) = condition(held, "ImagesCurrent").unwrap();
     assert_eq!(status, "False");
     assert!(

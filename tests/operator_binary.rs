@@ -176,6 +176,7 @@ async fn one_tenants_colliding_rules_cost_little_and_hold_up_no_one() {
             .is_some_and(|s| s.conditions.iter().any(|c| c.reason == "Conflict"))
     })
     .await;
+    assert_eq!(kstatus(&[&m0]), ["Failed"]);
     let message = &m0.status.as_ref().unwrap().conditions[0].message;
     assert!(message.len() < 4096, "{} bytes", message.len());
     assert!(message.contains("and 2046 more: same match"), "{message}");

@@ -316,6 +316,30 @@ pub async fn wait_value<T>(
     }
 }
 
+/// What kstatus (sigs.k8s.io/cli-utils' rules, as Flux and kpt read objects) says of each
+/// object: `Current`, `InProgress`, `Failed`, ... (`scripts/control-plane build` builds it.)
+pub fn kstatus<K: serde::Serialize>(objects: &[&K]) -> Vec<String> {
+    use std::io::Write;
+    let mut child = Command::new("kstatus")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kstatus (built by scripts/control-plane build, on PATH in scripts/test)");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        for o in objects {
+            let line = serde_json::to_string(o).expect("JSON");
+            writeln!(stdin, "{line}").expect("write to kstatus");
+        }
+    }
+    let out = child.wait_with_output().expect("kstatus output");
+    assert!(out.status.success(), "kstatus failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// A loopback port no one listens on now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
