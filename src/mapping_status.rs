@@ -83,45 +83,80 @@ struct VmTally {
 }
 
 impl VmTally {
+    /// Live mappings are counted from what the VMs run (dry-run rules never win there); a
+    /// dry-run mapping from what its rules would decide, so that one that would outrank a
+    /// live mapping does not take that mapping's VMs away from its count.
     fn count<'a>(
-        preview: &'a RuleSet,
+        set: &'a RuleSet,
         vms: &[VmView<'a>],
         awaiting_restart: &BTreeSet<String>,
         default_runner_image: &'a str,
+        dry_runs: &BTreeSet<&MappingKey>,
     ) -> VmTally {
         let mut tally = VmTally::default();
-        let mut resolutions = Resolutions::new(preview, default_runner_image, Mode::Preview);
+        tally.add(
+            set,
+            vms,
+            default_runner_image,
+            Mode::Live,
+            |_| true,
+            awaiting_restart,
+        );
+        if !dry_runs.is_empty() {
+            // (A dry run changes no pod: no VM waits for a restart because of it.)
+            let dry = |rule: &RuleRef| dry_runs.contains(&rule.mapping);
+            tally.add(
+                set,
+                vms,
+                default_runner_image,
+                Mode::Preview,
+                dry,
+                &BTreeSet::new(),
+            );
+        }
+        tally
+    }
+
+    /// Counts, for the rules that `counts` picks, what they decide in `mode`.
+    fn add<'a>(
+        &mut self,
+        set: &'a RuleSet,
+        vms: &[VmView<'a>],
+        default_runner_image: &'a str,
+        mode: Mode,
+        counts: impl Fn(&RuleRef) -> bool,
+        awaiting_restart: &BTreeSet<String>,
+    ) {
+        let mut resolutions = Resolutions::new(set, default_runner_image, mode);
         for v in vms {
             let res = resolutions.of(*v);
             let name = vm_key(v.vm);
             let awaiting = awaiting_restart.contains(&name);
             for slot in &res.slots {
-                let Some(rule) = &slot.rule else { continue };
-                tally
-                    .affected
+                let Some(rule) = slot.rule.as_ref().filter(|r| counts(r)) else {
+                    continue;
+                };
+                self.affected
                     .entry(rule.mapping.clone())
                     .or_default()
                     .entry(rule.index)
                     .or_default()
                     .insert(name.clone());
                 if awaiting {
-                    tally
-                        .awaiting
+                    self.awaiting
                         .entry(rule.mapping.clone())
                         .or_default()
                         .insert(name.clone());
                 }
                 for loser in &slot.conflicts {
                     let seen = (name.clone(), slot.slot.clone());
-                    tally
-                        .ties
+                    self.ties
                         .entry((rule.clone(), loser.clone()))
                         .and_modify(|first| *first = first.clone().min(seen.clone()))
                         .or_insert(seen);
                 }
             }
         }
-        tally
     }
 }
 
@@ -201,7 +236,18 @@ pub fn mapping_statuses<'a>(
     default_runner_image: &'a str,
     now: &Time,
 ) -> MappingStatuses {
-    let mut tally = VmTally::count(preview, vms, awaiting_restart, default_runner_image);
+    let dry_runs: BTreeSet<&MappingKey> = mappings
+        .iter()
+        .filter(|m| m.dry_run)
+        .map(|m| &m.key)
+        .collect();
+    let mut tally = VmTally::count(
+        preview,
+        vms,
+        awaiting_restart,
+        default_runner_image,
+        &dry_runs,
+    );
     let mut problems = problems_by_mapping(preview, std::mem::take(&mut tally.ties));
     let mut out = MappingStatuses::default();
     for m in mappings {
@@ -275,6 +321,37 @@ mod tests {
     use crate::fixtures::{mapping_key as key, repository_mapping as mapping, vm_with_disk as vm};
     use crate::rules::CompileOptions;
     use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn a_dry_run_that_would_outrank_a_live_mapping_leaves_the_live_count_alone() {
+        let labels = BTreeMap::new();
+        let mut preview = mapping("preview", "disk-a", "z.io/a", true);
+        preview.priority = 10;
+        let inputs = [mapping("live", "disk-a", "x.io/a", false), preview];
+        let set = RuleSet::compile(&inputs, &CompileOptions::default());
+        let a = vm("a", "disk-a:1");
+        let views = [VmView {
+            vm: &a,
+            namespace_labels: &labels,
+        }];
+        let mappings: Vec<MappingView> = ["live", "preview"]
+            .into_iter()
+            .map(|n| MappingView {
+                key: key(n),
+                generation: Some(1),
+                rule_count: 1,
+                dry_run: n == "preview",
+                previous: None,
+            })
+            .collect();
+        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
+        let out =
+            mapping_statuses(&set, &mappings, &views, &BTreeSet::new(), "runner:1", &now).statuses;
+        // The live mapping decides the VM's image; the dry run would.
+        assert_eq!(out[&key("live")].affected_vms, Some(1));
+        assert_eq!(out[&key("live")].rules[0].affected_vms, 1);
+        assert_eq!(out[&key("preview")].affected_vms, Some(1));
+    }
 
     #[test]
     fn statuses_count_vms_and_report_conflicts_and_dry_runs() {
