@@ -1195,3 +1195,36 @@ async fn a_replacement_the_recreation_budget_holds_back_is_reported_not_announce
         "{name} announced a recreation that did not happen"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_runner_pod_that_lost_its_label_gets_it_back_and_no_twin() {
+    let e = env("op-unlabelled").await;
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    e.add_vm("dev", true, "Always", COMPUTE).await;
+    let pod = wait_single_pod(&e, "dev", COMPUTE_NORMALIZED).await;
+    // Someone removes the label the operator selects its pods by.
+    e.pods
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {VM_LABEL: null}}})),
+        )
+        .await
+        .unwrap();
+    // The operator recognises its pod by the owner reference and puts the label back.
+    let back = wait_single_pod(&e, "dev", COMPUTE_NORMALIZED).await;
+    assert_eq!(back.uid(), pod.uid());
+    let all = e.pods.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(
+        all.len(),
+        1,
+        "{:?}",
+        all.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    // And a change of images still replaces it with exactly one pod.
+    e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
+        .await;
+    let replaced = wait_single_pod(&e, "dev", "localhost:5000/compute:1").await;
+    assert_ne!(replaced.uid(), pod.uid());
+}

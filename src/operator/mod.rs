@@ -234,6 +234,7 @@ pub async fn run_with(
         "pod watcher",
         pod_watcher::run(
             watches.pods,
+            ctx.client.clone(),
             Arc::clone(&ctx.caches.pod_index),
             Arc::clone(&ctx.expectations),
             trigger,

@@ -7,11 +7,15 @@ use kube::runtime::reflector::ObjectRef;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client};
+
 use super::cache_events::CacheEvent;
 use super::cached_pod::CachedPod;
 use super::pod_expectations::PodExpectations;
 use super::pod_index::PodIndex;
 use super::trigger::Trigger;
+use super::writes::{Written, relabel_pod};
 use crate::api::{GROUP, VirtualMachine};
 
 /// The VM whose controller owner reference `pod` carries.
@@ -29,9 +33,18 @@ pub fn owner_vm(pod: &impl ResourceExt) -> Option<ObjectRef<VirtualMachine>> {
     })
 }
 
-/// Runs until `events` (the pod cache's changes) ends.
+/// Whether a pod the cache dropped may still exist: the watch selects runner pods by their
+/// label, and a pod that lost it leaves the watch as "deleted" without the deletion
+/// timestamp every real deletion carries (a re-list can drop a pod the same way).
+fn maybe_unlabelled(pod: &CachedPod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Runs until `events` (the pod cache's changes) ends. A runner pod that may only have
+/// lost its label gets it back (through `client`), so its VM never gets a second pod.
 pub async fn run(
     events: impl Stream<Item = CacheEvent<CachedPod>>,
+    client: Client,
     index: Arc<PodIndex>,
     expectations: Arc<PodExpectations>,
     trigger: Trigger,
@@ -42,7 +55,28 @@ pub async fn run(
             CacheEvent::ListStarted(scope) => expectations.list_started(scope),
             CacheEvent::Listed(scope) => expectations.listed(scope),
             CacheEvent::Applied(pod) => observed(&pod, &index, &expectations, &trigger, true),
-            CacheEvent::Deleted(pod) => observed(&pod, &index, &expectations, &trigger, false),
+            CacheEvent::Deleted(pod) => {
+                if maybe_unlabelled(&pod)
+                    && let Some(vm) = owner_vm(&pod)
+                {
+                    let api: Api<Pod> = Api::namespaced(
+                        client.clone(),
+                        vm.namespace.as_deref().unwrap_or_default(),
+                    );
+                    match relabel_pod(&api, &pod.name_any(), &vm.name).await {
+                        // Back in the cache with its next event: nothing was deleted.
+                        Ok(Written::Changed) => {
+                            tracing::info!(pod = %pod.name_any(), %vm, "runner pod had lost its label; put it back");
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(pod = %pod.name_any(), %vm, error = %e, "could not put a runner pod's label back");
+                        }
+                    }
+                }
+                observed(&pod, &index, &expectations, &trigger, false);
+            }
             // Pods are validated by the API server: every one is readable.
             CacheEvent::Invalid(_) => {}
         }

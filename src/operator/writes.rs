@@ -66,6 +66,21 @@ pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<Written, kube::Erro
     }
 }
 
+/// Puts the label naming its VM back on a runner pod that lost it (someone edited the
+/// pod), so that the pod cache, which selects runner pods by that label, holds it again.
+pub async fn relabel_pod(api: &Api<Pod>, name: &str, vm: &str) -> Result<Written, kube::Error> {
+    let patch = json!({"metadata": {"labels": {crate::runner_pod::VM_LABEL: vm}}});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    match api.patch(name, &params, &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(Written::Changed),
+        Err(e) if is_status(&e, 404) => Ok(Written::Gone),
+        Err(e) => Err(e),
+    }
+}
+
 /// What deleting a pod did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodDeletion {
