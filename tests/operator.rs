@@ -14,158 +14,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use imagemap::operator::Options;
 use imagemap::runner_pod::VM_LABEL;
 use imagemap::runner_pod::pod_images;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::runtime::watcher;
 use serde_json::json;
+use support::vms::*;
 use support::*;
-
-const COMPUTE: &str = "neondatabase/vm-compute-node-v17:latest";
-const COMPUTE_NORMALIZED: &str = "docker.io/neondatabase/vm-compute-node-v17:latest";
-
-/// The scheduler name of VMs whose tests play kubelet: no scheduler takes their pods, so
-/// kwok leaves them alone (and their deletion is immediate).
-const UNSCHEDULED: &str = "imagemap-test-unscheduled";
-
-fn vm(name: &str, live_reload: bool, policy: &str, disk: &str) -> VirtualMachine {
-    serde_json::from_value(json!({
-        "apiVersion": "imagemap.dev/v1alpha1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": name},
-        "spec": {
-            "liveReload": live_reload,
-            "restartPolicy": policy,
-            "guest": {"rootDisk": {"image": disk}},
-            "runnerImage": "neondatabase/neonvm-runner:v1"
-        }
-    }))
-    .unwrap()
-}
-
-fn mapping(name: &str, rules: &serde_json::Value) -> ImageMapping {
-    serde_json::from_value(json!({
-        "apiVersion": "imagemap.dev/v1alpha1",
-        "kind": "ImageMapping",
-        "metadata": {"name": name},
-        "spec": {"rules": rules}
-    }))
-    .unwrap()
-}
-
-fn tilt_rule(to: &str) -> serde_json::Value {
-    json!([{"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": to}])
-}
-
-struct Env {
-    client: Client,
-    ns: String,
-    vms: Api<VirtualMachine>,
-    pods: Api<Pod>,
-    mappings: Api<ImageMapping>,
-}
-
-impl Env {
-    async fn add_mapping(&self, name: &str, rules: serde_json::Value) {
-        self.mappings
-            .create(&PostParams::default(), &mapping(name, &rules))
-            .await
-            .unwrap();
-    }
-
-    async fn add_vm(&self, name: &str, live_reload: bool, policy: &str, disk: &str) {
-        self.vms
-            .create(&PostParams::default(), &vm(name, live_reload, policy, disk))
-            .await
-            .unwrap();
-    }
-
-    /// A VM whose pods no scheduler takes (see [`UNSCHEDULED`]).
-    async fn add_unscheduled_vm(&self, name: &str, live_reload: bool, policy: &str, disk: &str) {
-        let mut vm = vm(name, live_reload, policy, disk);
-        vm.spec.scheduler_name = Some(UNSCHEDULED.into());
-        self.vms.create(&PostParams::default(), &vm).await.unwrap();
-    }
-}
-
-async fn env(prefix: &str) -> Env {
-    let client = client().await;
-    install_crds(&client).await;
-    let ns = fresh_namespace(&client, prefix).await;
-    Env {
-        vms: Api::namespaced(client.clone(), &ns),
-        pods: Api::namespaced(client.clone(), &ns),
-        mappings: Api::namespaced(client.clone(), &ns),
-        client,
-        ns,
-    }
-}
-
-fn pods_of(vm: &str) -> watcher::Config {
-    watcher::Config::default().labels(&format!("{VM_LABEL}={vm}"))
-}
-
-fn live(pods: &[Arc<Pod>]) -> Vec<&Arc<Pod>> {
-    pods.iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect()
-}
-
-fn root_disk(pod: &Pod) -> String {
-    pod_images(pod).get("rootDisk").cloned().unwrap_or_default()
-}
-
-fn condition<'a>(vm: &'a VirtualMachine, ty: &str) -> Option<(&'a str, &'a str, &'a str)> {
-    vm.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ty)
-        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
-fn resolved<'a>(vm: &'a VirtualMachine, slot: &str) -> Option<&'a imagemap::api::ResolvedImage> {
-    vm.status
-        .as_ref()?
-        .resolved_images
-        .iter()
-        .find(|i| i.slot == slot)
-}
-
-/// Waits until the VM has exactly one live pod whose root disk is `disk`, and its status
-/// names that pod; returns the pod.
-async fn wait_single_pod(e: &Env, vm_name: &str, disk: &str) -> Arc<Pod> {
-    let pods = wait_list(
-        e.pods.clone(),
-        pods_of(vm_name),
-        &format!("one pod of {vm_name} with {disk}"),
-        |pods| {
-            let l = live(pods);
-            pods.len() == 1 && l.len() == 1 && root_disk(l[0]) == disk
-        },
-    )
-    .await;
-    let pod = Arc::clone(&pods[0]);
-    let name = pod.name_any();
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        &format!("{vm_name} status names {name}"),
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == vm_name
-                    && v.status.as_ref().and_then(|s| s.pod_name.as_deref()) == Some(name.as_str())
-            })
-        },
-    )
-    .await;
-    pod
-}
 
 /// Plays kubelet: sets a pod's phase and the runner container's readiness.
 async fn set_pod_phase(e: &Env, pod: &str, phase: &str, ready: bool) {
@@ -255,32 +114,7 @@ async fn mapping_created(prefix: &str, restart_operator: bool) {
     let steady_before = wait_single_pod(&e, "steady", COMPUTE_NORMALIZED).await;
 
     // Watch every pod of the namespace for the rest of the test: never two live pods per VM.
-    let pods_api = e.pods.clone();
-    let max_live = tokio::spawn(async move {
-        let (reader, writer) = kube::runtime::reflector::store::<Pod>();
-        let mut stream = watcher(pods_api, watcher::Config::default())
-            .reflect(writer)
-            .boxed();
-        let mut max: BTreeMap<String, usize> = BTreeMap::new();
-        while let Some(Ok(_)) = stream.next().await {
-            let mut now: BTreeMap<String, usize> = BTreeMap::new();
-            for p in reader
-                .state()
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-            {
-                *now.entry(p.labels()[VM_LABEL].clone()).or_default() += 1;
-            }
-            for (vm, n) in now {
-                let m = max.entry(vm).or_default();
-                *m = (*m).max(n);
-            }
-            if max.values().any(|&n| n > 1) {
-                return max;
-            }
-        }
-        max
-    });
+    let never_two = NeverTwoLivePods::watch(&e);
 
     let target = "k3d-neon-local-registry:5000/vm-compute-node-v17:tilt-bce03df2bbb7ad9d";
     e.add_mapping("tilt", tilt_rule(target)).await;
@@ -360,16 +194,7 @@ async fn mapping_created(prefix: &str, restart_operator: bool) {
         },
     )
     .await;
-    // The watcher only ends early when it saw two live pods for one VM.
-    if max_live.is_finished() {
-        let max = max_live.await.unwrap();
-        assert!(
-            max.values().all(|&n| n <= 1),
-            "two live pods for one VM: {max:?}"
-        );
-    } else {
-        max_live.abort();
-    }
+    never_two.check().await;
     drop(op);
 }
 
@@ -995,10 +820,9 @@ async fn only_the_leader_acts_and_another_takes_over() {
         lease_name: "imagemap".into(),
         namespace: e.ns.clone(),
         identity: identity.into(),
-        lease_duration: 4,
-        grace: 1,
+        timing: imagemap::operator::LeaseTiming::for_duration(Duration::from_secs(4)),
     };
-    let (first, first_stop) = Operator::start_elected(&[&e.ns], election("first")).await;
+    let (mut first, first_stop) = Operator::start_elected(&[&e.ns], election("first")).await;
     e.add_vm("one", false, "Always", COMPUTE).await;
     wait_single_pod(&e, "one", COMPUTE_NORMALIZED).await;
     let (mut second, _second_stop) = Operator::start_elected(&[&e.ns], election("second")).await;
@@ -1015,11 +839,15 @@ async fn only_the_leader_acts_and_another_takes_over() {
     // A graceful stop releases the Lease: the follower takes over at once.
     let started = Instant::now();
     first_stop.send(()).unwrap();
-    drop(first);
+    first.finished().await;
     e.add_vm("three", false, "Always", COMPUTE).await;
     wait_single_pod(&e, "three", COMPUTE_NORMALIZED).await;
     let graceful = started.elapsed();
     assert!(acted(&second) > 0);
+    assert!(
+        graceful < Duration::from_secs(4),
+        "takeover after a graceful stop took {graceful:?}, as long as an expiry"
+    );
 
     // The leader stopped abruptly (its task aborted): a new instance takes over within the
     // lease duration.
@@ -1031,11 +859,12 @@ async fn only_the_leader_acts_and_another_takes_over() {
     let crashed = started.elapsed();
     assert!(acted(&third) > 0);
     assert!(
-        crashed <= Duration::from_secs(4 + 1 + 3),
+        // The lease duration, a follower's next look, and the pod's creation.
+        crashed <= Duration::from_secs(4 + 5),
         "takeover took {crashed:?}"
     );
     println!(
-        "leader takeover: {:.2}s after a graceful stop, {:.2}s after a crash (lease 4s + 1s grace)",
+        "leader takeover: {:.2}s after a graceful stop, {:.2}s after a crash (lease 4s)",
         graceful.as_secs_f64(),
         crashed.as_secs_f64()
     );

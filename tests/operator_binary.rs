@@ -85,16 +85,6 @@ async fn run_serves_probes_and_metrics_and_stops_on_sigterm() {
     assert!(logs.contains("letting running reconciles finish"), "{logs}");
 }
 
-/// A child process killed when dropped, also when a test fails.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Peak resident memory of a process, in MiB (`VmHWM`).
 fn peak_rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use imagemap::operator::LeaderElection;
+use imagemap::operator::{LeaderElection, LeaseTiming};
 use imagemap::runner_pod::VM_LABEL;
 use imagemap::runner_pod::pod_images;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
@@ -149,8 +149,7 @@ async fn scenario(
             lease_name: lease.into(),
             namespace: SYSTEM_NS.into(),
             identity: format!("{lease}-0"),
-            lease_duration: 10,
-            grace: 2,
+            timing: LeaseTiming::for_duration(Duration::from_secs(10)),
         },
     );
     let cluster_name = format!("{ns}-mirror");

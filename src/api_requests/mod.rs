@@ -18,6 +18,7 @@ mod layer;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::client::ClientBuilder;
@@ -63,6 +64,9 @@ impl fmt::Display for RequestKey {
 #[derive(Debug, Clone, Default)]
 pub struct ApiRequests {
     counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
+    /// The crash hook: abort the process once this many writes have had their response
+    /// (0: never).
+    abort_after_writes: Arc<AtomicU64>,
 }
 
 impl ApiRequests {
@@ -107,15 +111,34 @@ impl ApiRequests {
         self.lock().clear();
     }
 
+    /// A fault-injection hook for crash tests: the process aborts — no cleanup, as if
+    /// killed — right after the response to its `n`th write request arrives, before the
+    /// caller sees it.
+    pub fn abort_after_writes(&self, n: u64) {
+        self.abort_after_writes.store(n, Ordering::Relaxed);
+    }
+
     fn record(&self, verb: &'static str, resource: String, code: String) {
-        *self
-            .lock()
-            .entry(RequestKey {
-                verb,
-                resource,
-                code,
-            })
-            .or_insert(0) += 1;
+        let key = RequestKey {
+            verb,
+            resource,
+            code,
+        };
+        let write = key.is_write();
+        let mut counts = self.lock();
+        *counts.entry(key).or_insert(0) += 1;
+        let limit = self.abort_after_writes.load(Ordering::Relaxed);
+        if write && limit != 0 {
+            let writes: u64 = counts
+                .iter()
+                .filter(|(k, _)| k.is_write())
+                .map(|(_, n)| n)
+                .sum();
+            if writes >= limit {
+                eprintln!("aborting after write request {writes} (--abort-after-writes)");
+                std::process::abort();
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<RequestKey, u64>> {

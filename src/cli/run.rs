@@ -2,8 +2,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::operator::{self, LeaderElection, Observers, Options, health};
+use crate::api_requests::ApiRequests;
+use crate::operator::{
+    self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, health,
+};
 use crate::vm_images;
 
 /// Arguments of `imagemap run`.
@@ -37,10 +41,15 @@ pub struct RunArgs {
     /// Name of the Lease.
     #[arg(long, default_value = "imagemap-operator")]
     pub lease_name: String,
-    /// Seconds the leader holds the Lease without renewing it before another replica may
-    /// take over.
-    #[arg(long, default_value_t = 15)]
+    /// Seconds followers wait after the Lease last changed before taking it over. The leader
+    /// renews it every 2/15 of this, and stops writing when it could not renew it for 2/3 of
+    /// this — before any follower can take over.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=3600))]
     pub lease_duration_seconds: u64,
+    /// Fault injection for crash tests: abort the process right after the response to its
+    /// Nth write request.
+    #[arg(long, hide = true, value_name = "N")]
+    pub abort_after_writes: Option<u64>,
     /// Log format: `plain` text or one `json` object per line. Levels follow `RUST_LOG`
     /// (default `info`).
     #[arg(long, value_enum, default_value_t = LogFormat::Plain)]
@@ -88,7 +97,41 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer().await.map_err(|e| {
         anyhow::anyhow!("no Kubernetes credentials (in-cluster or KUBECONFIG): {e}")
     })?;
-    let (client, requests) = crate::api_requests::client_with_counter(config)?;
+    if !args.leader_elect {
+        let (client, requests) = crate::api_requests::client_with_counter(config)?;
+        let observers = observe(args, requests).await?;
+        return operator::run_with(client, args.options(), observers, shutdown_signal()).await;
+    }
+    // Under leader election, the operator's writes pass only while its hold on the Lease
+    // lasts.
+    let clients = ElectedClients::new(config)?;
+    let observers = observe(args, clients.requests.clone()).await?;
+    let election = LeaderElection {
+        lease_name: args.lease_name.clone(),
+        namespace: args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
+        identity: std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("imagemap-{}", std::process::id())),
+        timing: LeaseTiming::for_duration(Duration::from_secs(args.lease_duration_seconds)),
+    };
+    operator::run_elected(
+        clients,
+        args.options(),
+        observers,
+        election,
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// The observers of a run over `requests`, served on `--health-addr`.
+async fn observe(args: &RunArgs, requests: ApiRequests) -> anyhow::Result<Observers> {
+    if let Some(n) = args.abort_after_writes {
+        requests.abort_after_writes(n);
+    }
     let observers = Observers::new(requests);
     if args.health_addr != "off" {
         let addr: SocketAddr = args
@@ -108,29 +151,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
             }
         });
     }
-    if !args.leader_elect {
-        return operator::run_with(client, args.options(), observers, shutdown_signal()).await;
-    }
-    let election = LeaderElection {
-        lease_name: args.lease_name.clone(),
-        namespace: args
-            .lease_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into()),
-        identity: std::env::var("POD_NAME")
-            .unwrap_or_else(|_| format!("imagemap-{}", std::process::id())),
-        lease_duration: args.lease_duration_seconds,
-        grace: 2,
-    };
-    operator::run_elected(
-        client,
-        args.options(),
-        observers,
-        election,
-        shutdown_signal(),
-    )
-    .await
+    Ok(observers)
 }
 
 async fn shutdown_signal() {

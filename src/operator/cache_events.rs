@@ -20,6 +20,7 @@ use super::cached_pod::CachedPod;
 use super::caches::Listed;
 use super::health::Health;
 use super::projection::Projection;
+use super::watch_backoff::WatchBackoff;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 
 /// What one list covers: a namespace (for a cluster-scoped kind, the object of that
@@ -299,7 +300,7 @@ where
         let store = store.clone();
         let mut relist = Relist::new(source.scope);
         watcher(source.api, source.config)
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .inspect(move |r| health.watch_result(r.is_ok()))
             // Errors are retried by the backoff and reported to the liveness probe.
             .filter_map(|r| futures::future::ready(r.ok()))

@@ -17,6 +17,7 @@ mod create_failures;
 mod events;
 pub mod health;
 mod invalid_objects;
+mod jitter;
 mod leader;
 mod mapping_status_writer;
 pub mod metrics;
@@ -32,6 +33,7 @@ mod rules_watcher;
 mod status_memory;
 mod trigger;
 mod vm_reconciler;
+mod watch_backoff;
 mod writes;
 
 use std::future::Future;
@@ -50,7 +52,7 @@ use kube::{Client, Resource};
 
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
-pub use leader::{LeaderElection, run_elected};
+pub use leader::{ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected};
 pub use options::{DEFAULT_CONCURRENCY, Options};
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;

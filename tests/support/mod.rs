@@ -4,6 +4,9 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code; not every test uses every helper
 
+pub mod fault_proxy;
+pub mod vms;
+
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -165,12 +168,13 @@ impl Operator {
     /// Starts an operator acting in all namespaces with `config`'s credentials, running
     /// while it holds the Lease of `election`.
     pub fn start_as(config: kube::Config, election: operator::LeaderElection) -> Operator {
-        let (client, requests) = client_with_counter(config).expect("client");
+        let clients = operator::ElectedClients::new(config).expect("clients");
+        let requests = clients.requests.clone();
         let observers = Observers::new(requests.clone());
         let o = observers.clone();
         let handle = tokio::spawn(async move {
             let _ = operator::run_elected(
-                client,
+                clients,
                 Options::default(),
                 o,
                 election,
@@ -188,7 +192,8 @@ impl Operator {
         election: operator::LeaderElection,
     ) -> (Operator, tokio::sync::oneshot::Sender<()>) {
         let config = kube::Config::infer().await.expect("KUBECONFIG");
-        let (client, requests) = client_with_counter(config).expect("client");
+        let clients = operator::ElectedClients::new(config).expect("clients");
+        let requests = clients.requests.clone();
         let observers = Observers::new(requests.clone());
         let options = Options {
             namespaces: namespaces
@@ -203,7 +208,7 @@ impl Operator {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            if let Err(e) = operator::run_elected(client, options, o, election, shutdown).await {
+            if let Err(e) = operator::run_elected(clients, options, o, election, shutdown).await {
                 panic!("operator stopped: {e:#}");
             }
         });
@@ -367,4 +372,14 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
         .unwrap_or_default()
         .to_string();
     Some((code, body))
+}
+
+/// A child process killed when dropped, also when a test fails.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,0 +1,146 @@
+//! The elector: reads the Lease every retry period, acquires it when it is free or its
+//! holder has stopped renewing it, renews it while holding it, and keeps the [`Fence`]
+//! open exactly as long as the last renewal allows. Every write to the Lease is an update
+//! with the resourceVersion last read (optimistic concurrency), so two replicas never both
+//! win the same version.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+
+use super::LeaderElection;
+use super::fence::Fence;
+use super::lease_record::{Observed, Step, claimed, next_step, released};
+use crate::operator::jitter::jittered;
+
+/// How long the release at the end may take.
+const RELEASE_LIMIT: Duration = Duration::from_secs(5);
+
+/// One replica's elector.
+pub struct Elector {
+    api: Api<Lease>,
+    election: LeaderElection,
+    fence: Fence,
+    /// The Lease as last read.
+    observed: Option<Observed>,
+    /// Our last written copy, while we hold the Lease: renewals update it without a read.
+    held: Option<Lease>,
+}
+
+impl Elector {
+    pub fn new(client: &Client, election: LeaderElection, fence: Fence) -> Elector {
+        Elector {
+            api: Api::namespaced(client.clone(), &election.namespace),
+            election,
+            fence,
+            observed: None,
+            held: None,
+        }
+    }
+
+    /// Runs until `stop` completes, sending on `leading` whenever this replica starts or
+    /// stops leading; then closes the fence and releases the Lease if it holds it.
+    pub async fn run(mut self, leading: watch::Sender<bool>, stop: impl Future<Output = ()>) {
+        let timing = self.election.timing;
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let holds = match tokio::time::timeout(
+                timing.renew_deadline,
+                self.try_acquire_or_renew(),
+            )
+            .await
+            {
+                Ok(Ok(holds)) => holds,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, lease = %self.election.lease_name, "could not read or renew the Lease");
+                    false
+                }
+                Err(_) => {
+                    tracing::warn!(lease = %self.election.lease_name, "reading or renewing the Lease timed out");
+                    false
+                }
+            };
+            let was_leading = *leading.borrow();
+            if holds && !was_leading {
+                tracing::info!(identity = %self.election.identity, "acquired the Lease");
+                leading.send_replace(true);
+            } else if was_leading && !self.fence.is_open() {
+                tracing::warn!(
+                    identity = %self.election.identity,
+                    "could not renew the Lease within the renew deadline; writes stopped"
+                );
+                leading.send_replace(false);
+            }
+            let pause = if holds {
+                timing.retry_period
+            } else {
+                jittered(timing.retry_period)
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = &mut stop => break,
+            }
+        }
+        self.release().await;
+    }
+
+    /// One look at the Lease, and a write when it is ours to take or renew. Whether we
+    /// hold it now (a write of ours just succeeded).
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let name = &self.election.lease_name;
+        let current = match self.held.take() {
+            Some(lease) => Some(lease),
+            None => self.api.get_opt(name).await?,
+        };
+        let now = Instant::now();
+        self.observed = current
+            .as_ref()
+            .map(|l| Observed::of(l, self.observed.as_ref(), now));
+        let identity = &self.election.identity;
+        let duration = self.election.timing.lease_duration;
+        let step = next_step(self.observed.as_ref(), identity, now, duration);
+        if let Step::Follow { holder } = &step {
+            tracing::debug!(%holder, "the Lease is held");
+            return Ok(false);
+        }
+        let lease = claimed(current.as_ref(), name, identity, duration, Timestamp::now());
+        let sent = Instant::now();
+        let written = if step == Step::Create {
+            self.api.create(&PostParams::default(), &lease).await
+        } else {
+            self.api.replace(name, &PostParams::default(), &lease).await
+        };
+        match written {
+            Ok(lease) => {
+                self.fence
+                    .open_until(sent + self.election.timing.renew_deadline);
+                self.held = Some(lease);
+                Ok(true)
+            }
+            // Someone else wrote first: read again at the next look.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Closes the fence, then frees the Lease if we hold it, so that another replica
+    /// takes over at its next look instead of after a whole lease duration.
+    async fn release(&mut self) {
+        self.fence.close();
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let name = &self.election.lease_name;
+        let (params, free) = (PostParams::default(), released(&held));
+        let write = self.api.replace(name, &params, &free);
+        match tokio::time::timeout(RELEASE_LIMIT, write).await {
+            Ok(Ok(_)) => tracing::info!(lease = %name, "released the Lease"),
+            Ok(Err(e)) => tracing::warn!(error = %e, lease = %name, "could not release the Lease"),
+            Err(_) => tracing::warn!(lease = %name, "releasing the Lease timed out"),
+        }
+    }
+}

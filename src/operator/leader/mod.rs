@@ -1,0 +1,136 @@
+//! Leader election on a Lease: only the holder runs the operator. A holder that stops
+//! releases the Lease so another replica takes over at once; a holder that dies or freezes
+//! is replaced once it has not renewed the Lease for a lease duration — and by then its
+//! [`Fence`] has stopped its writes, in-flight reconciles included.
+
+mod elector;
+mod fence;
+mod fenced_client;
+mod lease_record;
+
+use std::future::Future;
+use std::time::Duration;
+
+use kube::client::ClientBuilder;
+use kube::{Client, Config};
+
+use crate::api_requests::ApiRequests;
+
+pub use fence::{Fence, FenceClosed};
+
+use super::{Observers, Options, run_with};
+use elector::Elector;
+
+/// The timing of an election, as in Kubernetes' own controllers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// How long followers wait, after last seeing the Lease change, before taking it over.
+    pub lease_duration: Duration,
+    /// How long after sending its last successful renewal a leader keeps writing; shorter
+    /// than `lease_duration`.
+    pub renew_deadline: Duration,
+    /// How often the Lease is read (followers) or renewed (the leader).
+    pub retry_period: Duration,
+}
+
+impl LeaseTiming {
+    /// The renew deadline at 2/3 of the duration and the retry period at 2/15 of it
+    /// (Kubernetes' 15 s / 10 s / 2 s for a duration of 15 s).
+    pub fn for_duration(lease_duration: Duration) -> LeaseTiming {
+        LeaseTiming {
+            lease_duration,
+            renew_deadline: lease_duration * 2 / 3,
+            retry_period: lease_duration * 2 / 15,
+        }
+    }
+}
+
+/// Where the Lease is and who this replica is.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    pub lease_name: String,
+    pub namespace: String,
+    /// Unique per replica: the pod name in a cluster.
+    pub identity: String,
+    pub timing: LeaseTiming,
+}
+
+/// The API clients of a replica under leader election, counting into one [`ApiRequests`].
+pub struct ElectedClients {
+    /// The operator's: its writes pass only while `fence` is open, checked as each request
+    /// is issued and again at the socket.
+    pub operator: Client,
+    /// The elector's own, for the Lease.
+    pub elector: Client,
+    pub fence: Fence,
+    pub requests: ApiRequests,
+}
+
+impl ElectedClients {
+    /// Both clients from one configuration, with a closed fence.
+    pub fn new(config: Config) -> Result<ElectedClients, kube::Error> {
+        let fence = Fence::new();
+        let requests = ApiRequests::new();
+        let operator = fenced_client::fenced_client(&config, &fence, &requests)?;
+        let elector = ClientBuilder::try_from(config)?
+            .with_layer(&requests.layer())
+            .build();
+        Ok(ElectedClients {
+            operator,
+            elector,
+            fence,
+            requests,
+        })
+    }
+}
+
+/// Waits for the Lease, then runs the operator until `shutdown` completes or leadership is
+/// lost; then lets running reconciles finish and releases the Lease. Losing the Lease is
+/// an error, so that the process restarts as a follower.
+pub async fn run_elected(
+    clients: ElectedClients,
+    options: Options,
+    observers: Observers,
+    election: LeaderElection,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let (lease, identity) = (election.lease_name.clone(), election.identity.clone());
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(false);
+    let (stop_elector, elector_stopped) = tokio::sync::oneshot::channel::<()>();
+    let client = clients.operator;
+    let elector =
+        Elector::new(&clients.elector, election, clients.fence).run(leading_tx, async move {
+            let _ = elector_stopped.await;
+        });
+    let operator = async move {
+        tracing::info!(%lease, %identity, "waiting to lead");
+        let mut shutdown = Box::pin(shutdown);
+        let elected = tokio::select! {
+            res = leading.wait_for(|l| *l) => res.is_ok(),
+            () = &mut shutdown => false,
+        };
+        if !elected {
+            let _ = stop_elector.send(());
+            return Ok(());
+        }
+        tracing::info!(%identity, "leading");
+        let mut watch = leading.clone();
+        let stop = async move {
+            tokio::select! {
+                () = shutdown => {}
+                _ = watch.wait_for(|l| !*l) => tracing::warn!("lost the Lease; stopping"),
+            }
+        };
+        let result = run_with(client, options, observers, stop).await;
+        let lost = !*leading.borrow();
+        // The elector closes the fence, then releases the Lease.
+        let _ = stop_elector.send(());
+        result?;
+        if lost {
+            anyhow::bail!("lost the Lease {lease}: another replica may be leading now");
+        }
+        Ok(())
+    };
+    let ((), result) = tokio::join!(elector, operator);
+    result
+}

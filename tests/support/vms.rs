@@ -1,0 +1,221 @@
+//! VMs, mappings and their pods in a test namespace: the objects the operator tests write
+//! and the waits they make.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use imagemap::api::{ImageMapping, VirtualMachine};
+use imagemap::runner_pod::{VM_LABEL, pod_images};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::{client, fresh_namespace, install_crds, wait_list};
+
+pub const COMPUTE: &str = "neondatabase/vm-compute-node-v17:latest";
+pub const COMPUTE_NORMALIZED: &str = "docker.io/neondatabase/vm-compute-node-v17:latest";
+
+/// The scheduler name of VMs whose tests play kubelet: no scheduler takes their pods, so
+/// kwok leaves them alone (and their deletion is immediate).
+pub const UNSCHEDULED: &str = "imagemap-test-unscheduled";
+
+pub fn vm(name: &str, live_reload: bool, policy: &str, disk: &str) -> VirtualMachine {
+    serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "liveReload": live_reload,
+            "restartPolicy": policy,
+            "guest": {"rootDisk": {"image": disk}},
+            "runnerImage": "neondatabase/neonvm-runner:v1"
+        }
+    }))
+    .unwrap()
+}
+
+pub fn mapping(name: &str, rules: &serde_json::Value) -> ImageMapping {
+    serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1",
+        "kind": "ImageMapping",
+        "metadata": {"name": name},
+        "spec": {"rules": rules}
+    }))
+    .unwrap()
+}
+
+pub fn tilt_rule(to: &str) -> serde_json::Value {
+    json!([{"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": to}])
+}
+
+pub struct Env {
+    pub client: Client,
+    pub ns: String,
+    pub vms: Api<VirtualMachine>,
+    pub pods: Api<Pod>,
+    pub mappings: Api<ImageMapping>,
+}
+
+impl Env {
+    pub async fn add_mapping(&self, name: &str, rules: serde_json::Value) {
+        self.mappings
+            .create(&PostParams::default(), &mapping(name, &rules))
+            .await
+            .unwrap();
+    }
+
+    pub async fn add_vm(&self, name: &str, live_reload: bool, policy: &str, disk: &str) {
+        self.vms
+            .create(&PostParams::default(), &vm(name, live_reload, policy, disk))
+            .await
+            .unwrap();
+    }
+
+    /// A VM whose pods no scheduler takes (see [`UNSCHEDULED`]).
+    pub async fn add_unscheduled_vm(
+        &self,
+        name: &str,
+        live_reload: bool,
+        policy: &str,
+        disk: &str,
+    ) {
+        let mut vm = vm(name, live_reload, policy, disk);
+        vm.spec.scheduler_name = Some(UNSCHEDULED.into());
+        self.vms.create(&PostParams::default(), &vm).await.unwrap();
+    }
+}
+
+pub async fn env(prefix: &str) -> Env {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = fresh_namespace(&client, prefix).await;
+    Env {
+        vms: Api::namespaced(client.clone(), &ns),
+        pods: Api::namespaced(client.clone(), &ns),
+        mappings: Api::namespaced(client.clone(), &ns),
+        client,
+        ns,
+    }
+}
+
+pub fn pods_of(vm: &str) -> watcher::Config {
+    watcher::Config::default().labels(&format!("{VM_LABEL}={vm}"))
+}
+
+pub fn live(pods: &[Arc<Pod>]) -> Vec<&Arc<Pod>> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+pub fn root_disk(pod: &Pod) -> String {
+    pod_images(pod).get("rootDisk").cloned().unwrap_or_default()
+}
+
+pub fn condition<'a>(vm: &'a VirtualMachine, ty: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    vm.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ty)
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+pub fn resolved<'a>(
+    vm: &'a VirtualMachine,
+    slot: &str,
+) -> Option<&'a imagemap::api::ResolvedImage> {
+    vm.status
+        .as_ref()?
+        .resolved_images
+        .iter()
+        .find(|i| i.slot == slot)
+}
+
+/// Waits until the VM has exactly one live pod whose root disk is `disk`, and its status
+/// names that pod; returns the pod.
+pub async fn wait_single_pod(e: &Env, vm_name: &str, disk: &str) -> Arc<Pod> {
+    let pods = wait_list(
+        e.pods.clone(),
+        pods_of(vm_name),
+        &format!("one pod of {vm_name} with {disk}"),
+        |pods| {
+            let l = live(pods);
+            pods.len() == 1 && l.len() == 1 && root_disk(l[0]) == disk
+        },
+    )
+    .await;
+    let pod = Arc::clone(&pods[0]);
+    let name = pod.name_any();
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        &format!("{vm_name} status names {name}"),
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == vm_name
+                    && v.status.as_ref().and_then(|s| s.pod_name.as_deref()) == Some(name.as_str())
+            })
+        },
+    )
+    .await;
+    pod
+}
+
+/// Watches every pod of a namespace from its start: never two live pods for one VM.
+pub struct NeverTwoLivePods {
+    task: tokio::task::JoinHandle<BTreeMap<String, usize>>,
+}
+
+impl NeverTwoLivePods {
+    pub fn watch(e: &Env) -> NeverTwoLivePods {
+        let pods_api = e.pods.clone();
+        let task = tokio::spawn(async move {
+            let (reader, writer) = kube::runtime::reflector::store::<Pod>();
+            let mut stream = watcher(pods_api, watcher::Config::default())
+                .reflect(writer)
+                .boxed();
+            let mut max: BTreeMap<String, usize> = BTreeMap::new();
+            while let Some(event) = stream.next().await {
+                if event.is_err() {
+                    continue; // the watcher retries on its own
+                }
+                let mut now: BTreeMap<String, usize> = BTreeMap::new();
+                for p in reader
+                    .state()
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                {
+                    let vm = p.labels().get(VM_LABEL).cloned().unwrap_or_default();
+                    *now.entry(vm).or_default() += 1;
+                }
+                for (vm, n) in now {
+                    let m = max.entry(vm).or_default();
+                    *m = (*m).max(n);
+                }
+                if max.values().any(|&n| n > 1) {
+                    return max;
+                }
+            }
+            max
+        });
+        NeverTwoLivePods { task }
+    }
+
+    /// Fails the test if two live pods of one VM were ever seen.
+    pub async fn check(self) {
+        // The watcher only ends when it saw two live pods for one VM.
+        if self.task.is_finished() {
+            let max = self.task.await.expect("the pod watcher");
+            assert!(
+                max.values().all(|&n| n <= 1),
+                "two live pods for one VM: {max:?}"
+            );
+        } else {
+            self.task.abort();
+        }
+    }
+}
