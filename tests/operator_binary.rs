@@ -185,6 +185,17 @@ async fn one_tenants_colliding_rules_cost_little_and_hold_up_no_one() {
         )
         .await
         .unwrap();
+    // The VM comes once the operator has compiled the mapping (its status says so): a VM
+    // seen first would get a pod with the unmapped image, replaced once the mapping is in.
+    wait_for(
+        Api::<ImageMapping>::namespaced(client.clone(), &other),
+        "mirror",
+        |m: Option<&ImageMapping>| {
+            m.and_then(|m| m.status.as_ref())
+                .is_some_and(|s| s.observed_generation.is_some())
+        },
+    )
+    .await;
     Api::<VirtualMachine>::namespaced(client.clone(), &other)
         .create(&PostParams::default(), &vm("neighbour"))
         .await
