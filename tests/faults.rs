@@ -96,6 +96,24 @@ async fn wait_all_on(e: &Env, vms: &[String], disk: &str) {
     .await;
 }
 
+/// An operator in this process acting in `e`'s namespace, reaching the API server
+/// through a fault proxy.
+async fn operator_behind_proxy(e: &Env) -> (FaultProxy, Operator) {
+    let proxy = FaultProxy::start(e.client.clone()).await;
+    let base = kube::Config::infer().await.unwrap();
+    let op = Operator::start_with(proxy.config(&base), &[&e.ns], Options::default());
+    (proxy, op)
+}
+
+/// Sends a signal (`-STOP`, `-CONT`) to a process.
+fn signal(pid: &str, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
 /// `imagemap run` as a process, logging to `log`; killed when dropped.
 fn operator_process(args: &[&str], envs: &[(&str, &Path)], log: &Path) -> tokio::process::Child {
     let log = std::fs::File::create(log).unwrap();
@@ -173,9 +191,7 @@ async fn a_crash_right_after_any_write_leaves_no_second_pod_and_a_restart_conver
 #[ignore = "needs a control plane: run scripts/test"]
 async fn a_stalled_pod_watch_through_a_tilt_loop_never_leads_to_a_second_pod() {
     let e = env("fault-stall").await;
-    let proxy = FaultProxy::start(e.client.clone()).await;
-    let base = kube::Config::infer().await.unwrap();
-    let _op = Operator::start_with(proxy.config(&base), &[&e.ns], Options::default());
+    let (proxy, _op) = operator_behind_proxy(&e).await;
     e.add_mapping("tilt", tilt_rule(&image(0))).await;
     e.add_vm("dev", true, "Always", COMPUTE).await;
     wait_single_pod(&e, "dev", &image(0)).await;
@@ -202,9 +218,7 @@ async fn a_stalled_pod_watch_through_a_tilt_loop_never_leads_to_a_second_pod() {
 #[ignore = "needs a control plane: run scripts/test"]
 async fn after_20_seconds_cut_off_the_operator_converges_within_30_seconds() {
     let e = env("fault-cut").await;
-    let proxy = FaultProxy::start(e.client.clone()).await;
-    let base = kube::Config::infer().await.unwrap();
-    let _op = Operator::start_with(proxy.config(&base), &[&e.ns], Options::default());
+    let (proxy, _op) = operator_behind_proxy(&e).await;
     e.add_mapping("tilt", tilt_rule(&image(0))).await;
     let vms: Vec<String> = (0..3).map(|i| format!("vm-{i}")).collect();
     for vm in &vms {
@@ -233,9 +247,7 @@ async fn after_20_seconds_cut_off_the_operator_converges_within_30_seconds() {
 #[ignore = "needs a control plane: run scripts/test"]
 async fn a_mapping_deleted_while_the_operator_was_cut_off_is_gone_after_the_relist() {
     let e = env("fault-relist").await;
-    let proxy = FaultProxy::start(e.client.clone()).await;
-    let base = kube::Config::infer().await.unwrap();
-    let _op = Operator::start_with(proxy.config(&base), &[&e.ns], Options::default());
+    let (proxy, _op) = operator_behind_proxy(&e).await;
     e.add_mapping("tilt", tilt_rule(&image(1))).await;
     e.add_vm("dev", true, "Always", COMPUTE).await;
     e.add_vm("steady", false, "Always", COMPUTE).await;
@@ -308,44 +320,21 @@ async fn a_frozen_leader_makes_no_write_after_its_successor_began() {
     let is_act = |s: &Seen| s.is_write() && !s.target.contains("/leases/");
     let changed = Instant::now();
     point_mapping_at(&e, &image(1)).await;
-    let deadline = changed + WAIT;
-    while !proxy_a
-        .seen()
-        .iter()
-        .any(|s| s.at > changed && is_act(s) && s.method == http::Method::DELETE)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the leader never started the fan-out"
-        );
-        tokio::task::yield_now().await;
-    }
+    proxy_a
+        .wait_seen("the leader's first delete of the fan-out", |s| {
+            s.at > changed && is_act(s) && s.method == http::Method::DELETE
+        })
+        .await;
     let a_pid = a.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-STOP", &a_pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(&a_pid, "-STOP");
     let frozen = Instant::now();
 
     // The follower takes over once the Lease expired, and acts.
-    let b_first = loop {
-        if let Some(s) = proxy_b.seen().into_iter().find(|s| is_act(s)) {
-            break s;
-        }
-        assert!(frozen.elapsed() < WAIT, "the follower never took over");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let b_first = proxy_b
+        .wait_seen("the follower's first write", is_act)
+        .await;
     // The old leader wakes up with its reconciles where they were.
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-CONT", &a_pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(&a_pid, "-CONT");
     let resumed = Instant::now();
     let a_status = tokio::time::timeout(WAIT, a.wait()).await.unwrap().unwrap();
     assert!(

@@ -16,7 +16,6 @@
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -77,7 +76,7 @@ impl Seen {
 pub struct FaultProxy {
     pub port: u16,
     faults: watch::Sender<Faults>,
-    seen: Arc<Mutex<Vec<Seen>>>,
+    seen: watch::Sender<Vec<Seen>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -95,8 +94,8 @@ impl FaultProxy {
             .expect("a loopback port");
         let port = listener.local_addr().expect("its address").port();
         let (faults, _) = watch::channel(Faults::default());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let (f, s) = (faults.clone(), Arc::clone(&seen));
+        let (seen, _) = watch::channel(Vec::new());
+        let (f, s) = (faults.clone(), seen.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -106,7 +105,7 @@ impl FaultProxy {
                     drop(stream);
                     continue;
                 }
-                tokio::spawn(serve(stream, upstream.clone(), f.clone(), Arc::clone(&s)));
+                tokio::spawn(serve(stream, upstream.clone(), f.clone(), s.clone()));
             }
         });
         FaultProxy {
@@ -181,7 +180,17 @@ impl FaultProxy {
 
     /// Every request received so far, in order.
     pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().expect("log").clone()
+        self.seen.borrow().clone()
+    }
+
+    /// Waits until a request matching `pred` has been received, and returns the first.
+    pub async fn wait_seen(&self, what: &str, pred: impl Fn(&Seen) -> bool) -> Seen {
+        let mut seen = self.seen.subscribe();
+        let found = tokio::time::timeout(super::WAIT, seen.wait_for(|all| all.iter().any(&pred)))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: not within {:?}", super::WAIT))
+            .expect("the proxy runs");
+        found.iter().find(|s| pred(s)).cloned().expect("just found")
     }
 }
 
@@ -190,12 +199,12 @@ async fn serve(
     stream: tokio::net::TcpStream,
     upstream: Client,
     faults: watch::Sender<Faults>,
-    seen: Arc<Mutex<Vec<Seen>>>,
+    seen: watch::Sender<Vec<Seen>>,
 ) {
     let mut changes = faults.subscribe();
     let cuts = changes.borrow().cuts;
     let service = hyper::service::service_fn(move |req| {
-        forward(req, upstream.clone(), faults.clone(), Arc::clone(&seen))
+        forward(req, upstream.clone(), faults.clone(), seen.clone())
     });
     let conn =
         hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
@@ -209,17 +218,19 @@ async fn forward(
     req: Request<Incoming>,
     upstream: Client,
     faults: watch::Sender<Faults>,
-    seen: Arc<Mutex<Vec<Seen>>>,
+    seen: watch::Sender<Vec<Seen>>,
 ) -> Result<Response<Body>, Infallible> {
     let target = req
         .uri()
         .path_and_query()
         .map_or_else(|| req.uri().path().to_string(), ToString::to_string);
     let method = req.method().clone();
-    seen.lock().expect("log").push(Seen {
-        at: Instant::now(),
-        method: method.clone(),
-        target: target.clone(),
+    seen.send_modify(|all| {
+        all.push(Seen {
+            at: Instant::now(),
+            method: method.clone(),
+            target: target.clone(),
+        });
     });
     let path = req.uri().path().to_string();
     let watch = req
