@@ -96,6 +96,8 @@ pub struct SlotResolution {
     pub conflicts: Vec<RuleRef>,
     /// How many more rules tied with the winner rewrite differently.
     pub more_conflicts: usize,
+    /// Whether the winning rule follows the result's tag (`followTag`).
+    pub follow_tag: bool,
 }
 
 impl SlotResolution {
@@ -108,6 +110,8 @@ impl SlotResolution {
             resolved: self.outcome.as_ref().ok().cloned(),
             source: self.rule.as_ref().map(RuleRef::source),
             error: self.outcome.as_ref().err().map(ToString::to_string),
+            follow_tag: self.follow_tag,
+            digest: None,
         }
     }
 }
@@ -258,10 +262,12 @@ fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode)
                 rule: None,
                 conflicts: Vec::new(),
                 more_conflicts: 0,
+                follow_tag: false,
             };
         }
     };
     let res = set.resolve(&reference, who, mode);
+    let follow_tag = res.follow_tag && res.resolved.is_ok();
     SlotResolution {
         slot: slot.slot,
         requested: slot.requested,
@@ -272,6 +278,7 @@ fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode)
         rule: res.rule.map(|id| set.rule_ref(id)),
         conflicts: res.conflicts.iter().map(|&id| set.rule_ref(id)).collect(),
         more_conflicts: res.more_conflicts,
+        follow_tag,
     }
 }
 

@@ -212,3 +212,43 @@ fn crds_command_prints_the_committed_crds() {
     .unwrap();
     assert_eq!(out, committed);
 }
+
+#[test]
+fn followed_tags_are_shown_offline() {
+    let dir = temp_dir("follow");
+    std::fs::write(
+        dir.join("mapping.yaml"),
+        r"apiVersion: imagemap.dev/v1alpha1
+kind: ImageMapping
+metadata: {name: constant-tag, namespace: dev}
+spec:
+  rules:
+  - match: {repository: neondatabase/vm-compute-node-v17}
+    to: k3d-neon-local-registry:5000/vm-compute-node-v17:dev
+    followTag: true
+",
+    )
+    .unwrap();
+    let file = dir.join("mapping.yaml");
+    let file = file.to_str().unwrap();
+    let args = [
+        "resolve",
+        "-f",
+        file,
+        "-n",
+        "dev",
+        "--image",
+        "neondatabase/vm-compute-node-v17:latest",
+        "--image",
+        "busybox",
+    ];
+    let (code, out, err) = imagemap(&args);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("k3d-neon-local-registry:5000/vm-compute-node-v17:dev (follows tag)"),
+        "{out}"
+    );
+    let (_, v, _) = json(&args);
+    assert_eq!(v["images"][0]["followTag"], true);
+    assert_eq!(v["images"][1]["followTag"], false);
+}

@@ -119,6 +119,7 @@ pub struct ClusterImageMappingSpec {
 /// One rewrite rule: which images it matches and what they become.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!(has(self.followTag) && self.followTag && has(self.digest))").message("followTag cannot be combined with digest: a pinned digest never moves"))]
 pub struct MappingRule {
     /// Which requested images this rule applies to. Exactly one of `exact`, `repository`,
     /// `prefix` or `regex`.
@@ -144,6 +145,12 @@ pub struct MappingRule {
     #[schemars(length(max = 135))]
     #[x_kube(validation = kube::core::Rule::new("self.matches('^(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$')").message("digest must be sha256:<64 lowercase hex>, sha384:<96 lowercase hex> or sha512:<128 lowercase hex>"))]
     pub digest: Option<String>,
+    /// Pin the result to the digest its tag points to now, and follow the tag when it
+    /// moves: runner pods get `name:tag@sha256:…`, and a new digest behind the tag is a
+    /// change of images (liveReload replaces the pod; otherwise `RestartRequired`). Not with
+    /// `digest`; a result that already names a digest is an invalid rewrite.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follow_tag: bool,
 }
 
 /// How a rule matches a requested image. Every image is first normalized as Docker does

@@ -237,6 +237,14 @@ pub struct ResolvedImage {
     /// Why the slot could not be resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The deciding rule follows the resolved image's tag (`followTag`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follow_tag: bool,
+    /// The manifest digest the followed tag pointed to when last verified; the pod runs
+    /// `resolved@digest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 135))]
+    pub digest: Option<String>,
 }
 
 /// A rule of an ImageMapping or ClusterImageMapping.

@@ -94,6 +94,7 @@ struct ImageEntry {
     rule: Option<RuleRef>,
     conflicts: Vec<RuleRef>,
     more_conflicts: usize,
+    follow_tag: bool,
 }
 
 struct VmEntry {
@@ -148,12 +149,14 @@ impl Report {
                     rule: None,
                     conflicts: Vec::new(),
                     more_conflicts: 0,
+                    follow_tag: false,
                 };
                 if let Ok(r) = &parsed {
                     let res = set.resolve(r, &who, Mode::Live);
                     entry.rule = res.rule.map(|id| set.rule_ref(id));
                     entry.conflicts = res.conflicts.iter().map(|&id| set.rule_ref(id)).collect();
                     entry.more_conflicts = res.more_conflicts;
+                    entry.follow_tag = res.follow_tag && res.resolved.is_ok();
                     entry.resolved = Some(res.resolved.map_err(|e| e.to_string()));
                 }
                 entry
@@ -291,7 +294,7 @@ impl Report {
             for i in &self.images {
                 let resolved = match (&i.parsed, &i.resolved) {
                     (Err(e), _) | (_, Some(Err(e))) => format!("error: {e}"),
-                    (_, Some(Ok(r))) => r.to_string(),
+                    (_, Some(Ok(r))) => followed(r.as_str(), i.follow_tag),
                     (Ok(_), None) => String::new(),
                 };
                 rows.push([
@@ -316,7 +319,7 @@ impl Report {
             for v in &self.vms {
                 for slot in &v.resolution.slots {
                     let resolved = match &slot.outcome {
-                        Ok(r) => r.clone(),
+                        Ok(r) => followed(r, slot.follow_tag),
                         Err(e) => format!("error: {e}"),
                     };
                     rows.push([
@@ -337,6 +340,16 @@ impl Report {
             out.push_str("nothing to resolve: pass --image REF or -f with VirtualMachines\n");
         }
         out
+    }
+}
+
+/// A resolved image as the table shows it: a followed tag says so (the preview stays
+/// offline: the digest is the operator's to find).
+fn followed(resolved: &str, follow_tag: bool) -> String {
+    if follow_tag {
+        format!("{resolved} (follows tag)")
+    } else {
+        resolved.to_string()
     }
 }
 
@@ -408,6 +421,7 @@ fn image_json(i: &ImageEntry) -> Value {
         "rule": i.rule.as_ref().map(source_json),
         "conflicts": i.conflicts.iter().map(source_json).collect::<Vec<_>>(),
         "moreConflicts": i.more_conflicts,
+        "followTag": i.follow_tag,
         "error": error,
     })
 }
@@ -420,6 +434,7 @@ fn slot_json(slot: &SlotResolution) -> Value {
         "source": slot.rule.as_ref().map(source_json),
         "conflicts": slot.conflicts.iter().map(source_json).collect::<Vec<_>>(),
         "moreConflicts": slot.more_conflicts,
+        "followTag": slot.follow_tag,
         "error": slot.outcome.as_ref().err().map(ToString::to_string),
     })
 }

@@ -113,6 +113,8 @@ pub struct Resolution {
     pub conflicts: Vec<RuleId>,
     /// How many more rules tied with the winner give a different result.
     pub more_conflicts: usize,
+    /// Whether the winning rule follows the result's tag (`followTag`).
+    pub follow_tag: bool,
 }
 
 /// The most conflicting rules a resolution names; the others are counted.
@@ -322,13 +324,17 @@ impl RuleSet {
                 rule: None,
                 conflicts: Vec::new(),
                 more_conflicts: 0,
+                follow_tag: false,
             };
         };
         let resolved = self.apply(first, r);
+        let follows = |id: RuleId| self.rules[id as usize].action.follows_tag();
+        let follow_tag = follows(first);
         let mut conflicts = Vec::new();
         let mut more_conflicts = 0;
         for &other in rest {
-            if self.apply(other, r) != resolved {
+            // Pinned and unpinned are different images to run.
+            if self.apply(other, r) != resolved || follows(other) != follow_tag {
                 if conflicts.len() < NAMED_CONFLICTS {
                     conflicts.push(other);
                 } else {
@@ -341,6 +347,7 @@ impl RuleSet {
             rule: Some(first),
             conflicts,
             more_conflicts,
+            follow_tag,
         }
     }
 

@@ -11,6 +11,7 @@ pub struct Action {
     to: Option<Target>,
     tag: Option<String>,
     digest: Option<String>,
+    follow_tag: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -70,11 +71,22 @@ impl Action {
                 Pattern::Regex(_) => Target::Template(to.clone()),
             }),
         };
+        if rule.follow_tag && rule.digest.is_some() {
+            return Err(
+                "followTag cannot be combined with digest: a pinned digest never moves".into(),
+            );
+        }
         Ok(Action {
             to,
             tag: rule.tag.clone(),
             digest: rule.digest.clone(),
+            follow_tag: rule.follow_tag,
         })
+    }
+
+    /// Whether results of this rule are pinned to their tag's digest and follow it.
+    pub fn follows_tag(&self) -> bool {
+        self.follow_tag
     }
 
     /// A rule with neither `to` nor setters keeps matching references as they are.
@@ -135,10 +147,16 @@ impl Action {
             }
             (Some(_), _) => return Err("rule target does not fit its match kind".into()),
         };
-        Ok(match (&self.tag, &self.digest) {
+        let out = match (&self.tag, &self.digest) {
             (None, None) => base,
             (tag, digest) => base.with_tag_digest(tag.as_deref(), digest.as_deref()),
-        })
+        };
+        if self.follow_tag && out.digest().is_some() {
+            return Err(format!(
+                "followTag: {out} already names a digest, so there is no tag to follow (drop the digest or followTag)"
+            ));
+        }
+        Ok(out)
     }
 }
 
@@ -174,6 +192,7 @@ mod tests {
             to: to.map(Into::into),
             tag: tag.map(Into::into),
             digest: digest.map(Into::into),
+            follow_tag: false,
         };
         let pattern = Pattern::compile(&rule.match_).unwrap();
         let action = Action::compile(&rule, &pattern).unwrap();

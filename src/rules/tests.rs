@@ -18,8 +18,7 @@ fn rule(kind: &str, pattern: &str, to: Option<&str>) -> MappingRule {
     MappingRule {
         match_: m,
         to: to.map(Into::into),
-        tag: None,
-        digest: None,
+        ..MappingRule::default()
     }
 }
 
@@ -606,4 +605,84 @@ fn colliding_rules_are_reported_once_each_however_many_collide() {
             "rule 2 conflicts with ImageMapping dev/m rule 0 and 1 more: same match and priority, different result",
         ]
     );
+}
+
+#[test]
+fn follow_tag_marks_the_result_and_refuses_what_has_no_tag_to_follow() {
+    let follow = |mut r: MappingRule| {
+        r.follow_tag = true;
+        r
+    };
+    let pinned = MappingRule {
+        digest: Some(format!("sha256:{}", "a".repeat(64))),
+        ..follow(rule("repository", "pinned", Some("p.io/pinned")))
+    };
+    let w = World::new(&[ns_mapping(
+        "dev",
+        "tilt",
+        0,
+        vec![
+            follow(rule("repository", "app", Some("local:5000/app:dev"))),
+            // No `to`: keep the local registry's images, followed.
+            follow(rule("prefix", "local:5000", None)),
+            rule("repository", "plain", Some("p.io/plain")),
+            pinned,
+        ],
+    )]);
+    let res = |image: &str| {
+        let ns_labels: BTreeMap<String, String> = BTreeMap::new();
+        let who = Requester {
+            namespace: "dev",
+            labels: &BTreeMap::new(),
+            namespace_labels: &ns_labels,
+        };
+        w.set.resolve(
+            &Reference::parse_normalized(image).unwrap(),
+            &who,
+            Mode::Live,
+        )
+    };
+    let app = res("app:latest");
+    assert_eq!(
+        app.resolved.as_ref().unwrap().to_string(),
+        "local:5000/app:dev"
+    );
+    assert!(app.follow_tag);
+    let kept = res("local:5000/tools:1");
+    assert_eq!(
+        kept.resolved.as_ref().unwrap().to_string(),
+        "local:5000/tools:1"
+    );
+    assert!(kept.follow_tag);
+    assert!(!res("plain:1").follow_tag);
+    // A requested image that already names a digest: nothing to follow.
+    let digest = format!("local:5000/tools@sha256:{}", "b".repeat(64));
+    let err = res(&digest).resolved.unwrap_err().to_string();
+    assert!(err.contains("no tag to follow"), "{err}");
+    // followTag with a digest setter is an invalid rule (the CRD refuses it too).
+    let problems: Vec<String> = w.set.problems().iter().map(ToString::to_string).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("followTag cannot be combined with digest")),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn tied_rules_that_differ_only_in_following_the_tag_conflict() {
+    let followed = MappingRule {
+        follow_tag: true,
+        ..rule("repository", "app", Some("a.io/app:dev"))
+    };
+    let w = World::new(&[
+        ns_mapping("dev", "a", 0, vec![followed]),
+        ns_mapping(
+            "dev",
+            "b",
+            0,
+            vec![rule("repository", "app", Some("a.io/app:dev"))],
+        ),
+    ]);
+    assert_eq!(w.resolve("app").2, 1);
 }

@@ -28,6 +28,7 @@ fn resolution(disk: &str) -> VmResolution {
         rule: None,
         conflicts: Vec::new(),
         more_conflicts: 0,
+        follow_tag: false,
     };
     VmResolution {
         slots: vec![
