@@ -37,6 +37,8 @@ pub mod reason {
     // VirtualMachine `ImagesResolved` and mapping `Ready`.
     pub const DISALLOWED_TARGET: &str = "DisallowedTarget";
     pub const CONFLICT: &str = "Conflict";
+    /// A followed tag's digest could not be checked: the last known one (or the tag) is used.
+    pub const DIGEST_UNVERIFIED: &str = "DigestUnverified";
     // VirtualMachine `ImagesCurrent`.
     pub const UP_TO_DATE: &str = "UpToDate";
     pub const RESTART_REQUIRED: &str = "RestartRequired";

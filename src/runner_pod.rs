@@ -47,7 +47,7 @@ pub fn images_hash(images: &[ResolvedImage]) -> Option<String> {
     for img in images {
         text.push_str(&img.slot);
         text.push('=');
-        text.push_str(img.resolved.as_deref()?);
+        text.push_str(&img.pod_image()?);
         text.push('\n');
     }
     Some(format!("{:016x}", fnv1a(text.as_bytes())))
@@ -82,7 +82,7 @@ pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) 
         images
             .iter()
             .find(|i| i.slot == slot)
-            .and_then(|i| i.resolved.clone())
+            .and_then(ResolvedImage::pod_image)
     };
     let spec = &vm.spec;
     let mount = VolumeMount {

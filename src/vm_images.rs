@@ -98,6 +98,10 @@ pub struct SlotResolution {
     pub more_conflicts: usize,
     /// Whether the winning rule follows the result's tag (`followTag`).
     pub follow_tag: bool,
+    /// The digest the followed tag points to, when known ([`VmResolution::pin`]).
+    pub digest: Option<String>,
+    /// Why the followed tag's digest could not be verified (the last check failed).
+    pub digest_error: Option<String>,
 }
 
 impl SlotResolution {
@@ -111,7 +115,7 @@ impl SlotResolution {
             source: self.rule.as_ref().map(RuleRef::source),
             error: self.outcome.as_ref().err().map(ToString::to_string),
             follow_tag: self.follow_tag,
-            digest: None,
+            digest: self.digest.clone(),
         }
     }
 }
@@ -133,6 +137,44 @@ impl VmResolution {
     #[must_use]
     pub fn all_resolved(&self) -> bool {
         self.slots.iter().all(|s| s.outcome.is_ok())
+    }
+
+    /// Pins every followed slot to the digest `digest_of` gives for its resolved reference
+    /// (with the error of the last check, if it failed), else to the digest `previous`
+    /// (the VM's last status) recorded for the same reference: a registry that fails never
+    /// unpins a pod. A slot with no digest known at all runs the tag as resolved.
+    pub fn pin(
+        &mut self,
+        digest_of: impl Fn(&str) -> (Option<String>, Option<String>),
+        previous: &[ResolvedImage],
+    ) {
+        for slot in &mut self.slots {
+            let (digest, error) = match (&slot.outcome, slot.follow_tag) {
+                (Ok(resolved), true) => {
+                    let (digest, error) = digest_of(resolved);
+                    let recorded = || {
+                        previous
+                            .iter()
+                            .find(|p| {
+                                p.slot == slot.slot && p.resolved.as_deref() == Some(resolved)
+                            })
+                            .and_then(|p| p.digest.clone())
+                    };
+                    (digest.or_else(recorded), error)
+                }
+                _ => (None, None),
+            };
+            slot.digest = digest;
+            slot.digest_error = error;
+        }
+    }
+
+    /// The distinct references this VM follows by tag.
+    pub fn followed(&self) -> impl Iterator<Item = &str> {
+        self.slots
+            .iter()
+            .filter(|s| s.follow_tag)
+            .filter_map(|s| s.outcome.as_ref().ok().map(String::as_str))
     }
 
     /// Whether any slot has a conflict.
@@ -263,6 +305,8 @@ fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode)
                 conflicts: Vec::new(),
                 more_conflicts: 0,
                 follow_tag: false,
+                digest: None,
+                digest_error: None,
             };
         }
     };
@@ -279,6 +323,8 @@ fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode)
         conflicts: res.conflicts.iter().map(|&id| set.rule_ref(id)).collect(),
         more_conflicts: res.more_conflicts,
         follow_tag,
+        digest: None,
+        digest_error: None,
     }
 }
 
@@ -409,5 +455,45 @@ mod tests {
             );
         }
         assert_eq!(resolutions.memo.len(), 3);
+    }
+
+    #[test]
+    fn a_followed_slot_is_pinned_and_a_failing_registry_never_unpins_it() {
+        const TAG: &str = "local:5000/disk:dev";
+        let followed = |slot: &str| SlotResolution {
+            slot: slot.into(),
+            requested: "disk".into(),
+            outcome: Ok(TAG.into()),
+            rule: None,
+            conflicts: Vec::new(),
+            more_conflicts: 0,
+            follow_tag: true,
+            digest: None,
+            digest_error: None,
+        };
+        let plain = SlotResolution {
+            follow_tag: false,
+            ..followed("runner")
+        };
+        let mut resolution = VmResolution {
+            slots: vec![followed("rootDisk"), plain],
+        };
+        resolution.pin(|_| (Some("sha256:1".into()), None), &[]);
+        assert_eq!(resolution.slots[0].digest.as_deref(), Some("sha256:1"));
+        assert_eq!(resolution.slots[1].digest, None, "only followed slots");
+        let previous = resolution.images();
+        assert_eq!(
+            previous[0].pod_image().as_deref(),
+            Some("local:5000/disk:dev@sha256:1")
+        );
+        // The registry fails and this process knows no digest (it restarted): the one the
+        // status recorded stays.
+        resolution.pin(|_| (None, Some("refused".into())), &previous);
+        assert_eq!(resolution.slots[0].digest.as_deref(), Some("sha256:1"));
+        assert_eq!(resolution.slots[0].digest_error.as_deref(), Some("refused"));
+        // Nothing known anywhere: the tag as resolved.
+        resolution.pin(|_| (None, Some("refused".into())), &[]);
+        assert_eq!(resolution.slots[0].digest, None);
+        assert_eq!(resolution.images()[0].pod_image().as_deref(), Some(TAG));
     }
 }

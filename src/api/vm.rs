@@ -247,6 +247,19 @@ pub struct ResolvedImage {
     pub digest: Option<String>,
 }
 
+impl ResolvedImage {
+    /// The image the pod runs: the resolved reference, pinned to `digest` when a followed
+    /// tag's digest is known (`name:tag@sha256:…`).
+    #[must_use]
+    pub fn pod_image(&self) -> Option<String> {
+        let resolved = self.resolved.as_deref()?;
+        Some(match &self.digest {
+            Some(digest) => format!("{resolved}@{digest}"),
+            None => resolved.to_string(),
+        })
+    }
+}
+
 /// A rule of an ImageMapping or ClusterImageMapping.
 #[derive(
     KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,

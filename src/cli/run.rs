@@ -29,6 +29,14 @@ pub struct RunArgs {
     /// Most VirtualMachine reconciles at once, and so API requests in flight for them.
     #[arg(long, default_value_t = operator::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// How often each tag that a `followTag` rule follows is checked at its registry (one
+    /// manifest HEAD per tag, however many VMs use it), e.g. `30s`, `500ms`, `2m`.
+    #[arg(long, default_value = "30s", value_parser = parse_interval)]
+    pub tag_poll_interval: Duration,
+    /// Registries (`host[:port]`) to reach over plain HTTP for digest checks,
+    /// comma-separated or repeated (k3d's local registry is one). Others: HTTPS only.
+    #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
+    pub insecure_registries: Vec<String>,
     /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
@@ -87,6 +95,8 @@ impl RunArgs {
                 .then(|| self.allowed_registries.clone()),
             max_recreates_per_minute: self.max_recreates_per_minute,
             concurrency: self.concurrency,
+            tag_poll_interval: self.tag_poll_interval,
+            insecure_registries: self.insecure_registries.clone(),
         }
     }
 }
@@ -154,6 +164,26 @@ async fn observe(args: &RunArgs, requests: ApiRequests) -> anyhow::Result<Observ
     Ok(observers)
 }
 
+/// A poll interval: a number with `ms`, `s` or `m` (bare: seconds), at least 100 ms.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number with ms, s or m, like 30s"))?;
+    let interval = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        _ => return Err(format!("{text:?}: the unit must be ms, s or m")),
+    };
+    if interval < Duration::from_millis(100) {
+        return Err(format!("{text:?}: at least 100ms"));
+    }
+    Ok(interval)
+}
+
 async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -168,4 +198,20 @@ async fn shutdown_signal() {
         () = term => {}
     }
     tracing::info!("stopping: letting running reconciles finish");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_read_as_written() {
+        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_interval("45"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("2m"), Ok(Duration::from_mins(2)));
+        assert!(parse_interval("10ms").unwrap_err().contains("at least"));
+        assert!(parse_interval("1h").unwrap_err().contains("unit"));
+        assert!(parse_interval("s").unwrap_err().contains("number"));
+    }
 }

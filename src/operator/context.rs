@@ -8,10 +8,12 @@ use tokio::sync::Notify;
 use super::caches::Caches;
 use super::create_failures::CreateFailures;
 use super::events::EventRecorder;
+use super::followed_tags::FollowedTags;
 use super::health::Health;
 use super::metrics::Metrics;
 use super::pod_expectations::PodExpectations;
 use super::recreation_budget::RecreationBudget;
+use super::registry::Registries;
 use super::rule_index::{RuleChange, RuleIndex};
 use super::status_memory::StatusMemory;
 use super::{Options, Progress};
@@ -53,6 +55,10 @@ pub struct Context {
     pub observers: Observers,
     /// Woken when mapping statuses may need an update.
     pub mapping_status_due: Notify,
+    /// The tags VMs follow, and their digests.
+    pub followed: FollowedTags,
+    /// The registries followed tags are checked at.
+    pub registries: Registries,
 }
 
 impl Context {
@@ -70,6 +76,8 @@ impl Context {
             recorder,
             client,
             budget: RecreationBudget::new(options.max_recreates_per_minute),
+            registries: Registries::new(&options.insecure_registries),
+            followed: FollowedTags::default(),
             options,
             caches,
             rules: RuleIndex::default(),

@@ -16,6 +16,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     verb: String,
     resource: String,
@@ -32,6 +37,7 @@ pub struct Metrics {
     recreations: Counter,
     conflicts: Gauge,
     invalid_objects: Counter,
+    tag_checks: Family<CheckLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     /// The operator client's request counter, read into `requests` at each render.
     api: ApiRequests,
@@ -49,6 +55,7 @@ impl Metrics {
         let conflicts = Gauge::default();
         let invalid_objects = Counter::default();
         let requests = Family::<RequestLabels, Counter>::default();
+        let tag_checks = Family::<CheckLabels, Counter>::default();
         registry.register(
             "reconciles",
             "VirtualMachine reconciles finished",
@@ -80,6 +87,11 @@ impl Metrics {
             invalid_objects.clone(),
         );
         registry.register(
+            "tag_checks",
+            "Registry manifest checks of followed tags, by result (ok or error)",
+            tag_checks.clone(),
+        );
+        registry.register(
             "api_requests",
             "Kubernetes API requests by verb, resource and status code",
             requests.clone(),
@@ -92,6 +104,7 @@ impl Metrics {
             recreations,
             conflicts,
             invalid_objects,
+            tag_checks,
             requests,
             api,
         }
@@ -112,6 +125,16 @@ impl Metrics {
 
     pub(crate) fn invalid_object(&self) {
         self.invalid_objects.inc();
+    }
+
+    pub(crate) fn tag_checked(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.tag_checks.get_or_create(&CheckLabels { result }).inc();
+    }
+
+    /// The followed-tag checks made so far with `result` (`ok` or `error`).
+    pub fn tag_checks(&self, result: &'static str) -> u64 {
+        self.tag_checks.get_or_create(&CheckLabels { result }).get()
     }
 
     pub(crate) fn set_conflicts(&self, n: usize) {

@@ -15,6 +15,7 @@ mod caches;
 mod context;
 mod create_failures;
 mod events;
+mod followed_tags;
 pub mod health;
 mod invalid_objects;
 mod jitter;
@@ -28,9 +29,11 @@ mod pod_watcher;
 mod progress;
 mod projection;
 mod recreation_budget;
+mod registry;
 mod rule_index;
 mod rules_watcher;
 mod status_memory;
+mod tag_follower;
 mod trigger;
 mod vm_reconciler;
 mod watch_backoff;
@@ -53,7 +56,7 @@ use kube::{Client, Resource};
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
 pub use leader::{ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected};
-pub use options::{DEFAULT_CONCURRENCY, Options};
+pub use options::{DEFAULT_CONCURRENCY, DEFAULT_TAG_POLL_INTERVAL, Options};
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
 pub use writes::FIELD_MANAGER;
@@ -231,6 +234,10 @@ pub async fn run_with(
             trigger.clone(),
             rules_ready,
         ),
+    );
+    tasks.spawn(
+        "tag follower",
+        tag_follower::run(Arc::clone(&ctx), trigger.clone()),
     );
     tasks.spawn(
         "pod watcher",

@@ -1,5 +1,7 @@
 //! Operator settings (the `imagemap run` flags).
 
+use std::time::Duration;
+
 use crate::rules::CompileOptions;
 use crate::vm_images;
 
@@ -16,7 +18,14 @@ pub struct Options {
     pub max_recreates_per_minute: u32,
     /// Most VM reconciles at once (and so API requests in flight for them).
     pub concurrency: u16,
+    /// How often each followed tag is checked at its registry.
+    pub tag_poll_interval: Duration,
+    /// Registries (`host[:port]`) reached over plain HTTP.
+    pub insecure_registries: Vec<String>,
 }
+
+/// The default of [`Options::tag_poll_interval`].
+pub const DEFAULT_TAG_POLL_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The default of [`Options::concurrency`].
 pub const DEFAULT_CONCURRENCY: u16 = 32;
@@ -29,6 +38,8 @@ impl Default for Options {
             allowed_registries: None,
             max_recreates_per_minute: 0,
             concurrency: DEFAULT_CONCURRENCY,
+            tag_poll_interval: DEFAULT_TAG_POLL_INTERVAL,
+            insecure_registries: Vec::new(),
         }
     }
 }

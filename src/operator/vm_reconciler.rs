@@ -10,6 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
+use super::followed_tags::Lookup;
 use super::writes::{PodDeletion, Written, apply_status, create_pod, delete_pod, name_of};
 use crate::api::VirtualMachine;
 use crate::conditions;
@@ -118,12 +119,36 @@ fn observe_and_plan(
     namespace: &str,
     recreation_wait: Option<Duration>,
 ) -> Plan {
-    let resolution = vm_images::resolve_vm(
+    let mut resolution = vm_images::resolve_vm(
         &ctx.rules.current(),
         vm,
         &ctx.caches.namespace_labels(namespace),
         &ctx.options.default_runner_image,
         Mode::Live,
+    );
+    // Followed tags: the first answer of the registry is awaited (the follower reconciles
+    // the VM with it); after that the last known digest pins the pod.
+    let mut followed: Vec<String> = resolution.followed().map(str::to_string).collect();
+    followed.sort();
+    followed.dedup();
+    let lookups = ctx.followed.follow(
+        &ObjectRef::from_obj(vm),
+        followed,
+        std::time::Instant::now(),
+    );
+    if lookups.iter().any(|(_, l)| *l == Lookup::Pending) {
+        return Plan::hold(vm);
+    }
+    let previous = vm
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| &s.resolved_images[..]);
+    resolution.pin(
+        |reference| match lookups.iter().find(|(r, _)| r == reference) {
+            Some((_, Lookup::Known { digest, error })) => (digest.clone(), error.clone()),
+            _ => (None, None),
+        },
+        previous,
     );
     let pods = ctx.caches.pods_of(vm);
     let pods: Vec<&Pod> = pods.iter().collect();

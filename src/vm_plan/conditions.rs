@@ -91,10 +91,30 @@ fn images_resolved(resolution: &VmResolution) -> Parts {
             )
         })
         .collect();
-    if conflicts.is_empty() {
+    if !conflicts.is_empty() {
+        return (Status::True, reason::CONFLICT, conflicts.join("; "));
+    }
+    let unverified: Vec<String> = resolution
+        .slots
+        .iter()
+        .filter_map(|s| {
+            let error = s.digest_error.as_ref()?;
+            let resolved = s.outcome.as_ref().ok()?;
+            let used = match &s.digest {
+                Some(d) => format!("the last known digest {d} stays in force"),
+                None => format!("no digest is known, so the pod uses {resolved} unpinned"),
+            };
+            Some(format!("{}: {error}; {used}", s.slot))
+        })
+        .collect();
+    if unverified.is_empty() {
         (Status::True, reason::RESOLVED, String::new())
     } else {
-        (Status::True, reason::CONFLICT, conflicts.join("; "))
+        (
+            Status::True,
+            reason::DIGEST_UNVERIFIED,
+            unverified.join("; "),
+        )
     }
 }
 

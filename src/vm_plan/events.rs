@@ -14,10 +14,11 @@ pub const POD_RECREATED: &str = "PodRecreated";
 pub const RESTARTING: &str = "Restarting";
 
 /// The condition states that warn when entered: `(condition type, reason)`.
-const WARNINGS: [(&str, &str); 4] = [
+const WARNINGS: [(&str, &str); 5] = [
     (kind::READY, reason::POD_CREATE_FAILED),
     (kind::IMAGES_RESOLVED, reason::INVALID_REWRITE),
     (kind::IMAGES_RESOLVED, reason::DISALLOWED_TARGET),
+    (kind::IMAGES_RESOLVED, reason::DIGEST_UNVERIFIED),
     (kind::IMAGES_CURRENT, reason::RESTART_REQUIRED),
 ];
 
@@ -29,7 +30,7 @@ fn normal(transition: &PodTransition) -> VmEvent {
                 "Created runner pod {pod} with images {}",
                 images
                     .iter()
-                    .map(|i| format!("{}={}", i.slot, i.resolved.as_deref().unwrap_or("")))
+                    .map(|i| format!("{}={}", i.slot, i.pod_image().unwrap_or_default()))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),

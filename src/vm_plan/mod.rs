@@ -93,6 +93,22 @@ pub struct Plan {
     pub recheck: Option<Duration>,
 }
 
+impl Plan {
+    /// Nothing to do or write until new evidence comes (the caches show this operator's
+    /// own pod, or a followed tag's first digest arrives).
+    #[must_use]
+    pub fn hold(vm: &VirtualMachine) -> Plan {
+        Plan {
+            status: vm.status.clone().unwrap_or_default(),
+            actions: Vec::new(),
+            events: Vec::new(),
+            waiting: true,
+            write_status: false,
+            recheck: None,
+        }
+    }
+}
+
 /// Decides the status, pod actions and Events for one VM.
 #[must_use]
 pub fn plan(obs: &Observation<'_>) -> Plan {
@@ -102,14 +118,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
     if let Some(expected) = obs.expected_pod
         && !obs.pods.iter().any(|p| p.name_any() == expected)
     {
-        return Plan {
-            status: prev,
-            actions: Vec::new(),
-            events: Vec::new(),
-            waiting: true,
-            write_status: false,
-            recheck: None,
-        };
+        return Plan::hold(vm);
     }
     let images = obs.resolution.images();
     let mut pods = pod_decision::decide(vm, &prev, &obs.pods, &images, &obs.now);
@@ -176,7 +185,14 @@ pub fn awaits_restart(
     now: &Time,
 ) -> bool {
     let prev = vm.status.clone().unwrap_or_default();
-    let images = resolution.images();
+    // Followed tags: the digests the VM's status recorded (the reconcile's last look).
+    let images = if resolution.followed().next().is_some() {
+        let mut pinned = resolution.clone();
+        pinned.pin(|_| (None, None), &prev.resolved_images);
+        pinned.images()
+    } else {
+        resolution.images()
+    };
     matches!(
         pod_decision::decide(vm, &prev, pods, &images, now).images,
         PodImages::RestartRequired(_)

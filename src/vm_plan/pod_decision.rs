@@ -32,13 +32,13 @@ impl ImageChanges {
         let running = pod_images(pod);
         let mut changes = Vec::new();
         for img in images {
-            let to = img.resolved.as_deref();
+            let to = img.pod_image();
             match running.get(&img.slot) {
-                Some(old) if Some(old.as_str()) == to => {}
+                Some(old) if Some(old) == to.as_ref() => {}
                 from => changes.push(ImageChange {
                     slot: img.slot.clone(),
                     from: from.cloned(),
-                    to: to.map(str::to_string),
+                    to,
                 }),
             }
         }

@@ -29,6 +29,8 @@ fn resolution(disk: &str) -> VmResolution {
         conflicts: Vec::new(),
         more_conflicts: 0,
         follow_tag: false,
+        digest: None,
+        digest_error: None,
     };
     VmResolution {
         slots: vec![

@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code; not every test uses every helper
 
 pub mod fault_proxy;
+pub mod registry;
 pub mod vms;
 
 use std::process::{Command, Output};

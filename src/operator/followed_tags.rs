@@ -1,0 +1,305 @@
+//! The tags VMs follow (`followTag`), the digest each points to, and which VMs use it.
+//! Reconciles say which references a VM follows; the tag follower checks each distinct
+//! reference once per interval, however many VMs use it, and learns which VMs to reconcile
+//! when its digest moved. A failed check never drops a known digest: running pods are never
+//! touched because a registry misbehaves.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::Notify;
+
+use crate::api::VirtualMachine;
+
+/// What is known of one followed reference (`registry/repository:tag`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// Never checked yet: the check is under way.
+    Pending,
+    /// The digest the tag points to; `error`: the last check failed and this is the last
+    /// digest known.
+    Known {
+        digest: Option<String>,
+        error: Option<String>,
+    },
+}
+
+#[derive(Debug)]
+struct TagState {
+    users: HashSet<ObjectRef<VirtualMachine>>,
+    checked: bool,
+    digest: Option<String>,
+    error: Option<String>,
+    next_check: Instant,
+    failures: u32,
+}
+
+/// The longest wait after failed checks.
+const MAX_BACKOFF: Duration = Duration::from_mins(5);
+
+/// Followed references and their digests; shared by reconciles and the follower.
+#[derive(Debug, Default)]
+pub struct FollowedTags {
+    inner: Mutex<Inner>,
+    /// Woken when a reference is followed for the first time.
+    pub new_tag: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_vm: HashMap<ObjectRef<VirtualMachine>, Vec<String>>,
+    tags: HashMap<String, TagState>,
+}
+
+impl FollowedTags {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every update leaves the maps consistent at each step.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that `vm` follows `references` (and no others), and what is known of each.
+    pub fn follow(
+        &self,
+        vm: &ObjectRef<VirtualMachine>,
+        references: Vec<String>,
+        now: Instant,
+    ) -> Vec<(String, Lookup)> {
+        let mut inner = self.lock();
+        let before = if references.is_empty() {
+            inner.by_vm.remove(vm)
+        } else {
+            inner.by_vm.insert(vm.clone(), references.clone())
+        };
+        for gone in before.unwrap_or_default() {
+            if !references.contains(&gone) {
+                inner.release(vm, &gone);
+            }
+        }
+        let mut fresh = false;
+        let lookups = references
+            .into_iter()
+            .map(|r| {
+                let state = inner.tags.entry(r.clone()).or_insert_with(|| {
+                    fresh = true;
+                    TagState {
+                        users: HashSet::new(),
+                        checked: false,
+                        digest: None,
+                        error: None,
+                        next_check: now,
+                        failures: 0,
+                    }
+                });
+                state.users.insert(vm.clone());
+                let lookup = if state.checked {
+                    Lookup::Known {
+                        digest: state.digest.clone(),
+                        error: state.error.clone(),
+                    }
+                } else {
+                    Lookup::Pending
+                };
+                (r, lookup)
+            })
+            .collect();
+        drop(inner);
+        if fresh {
+            self.new_tag.notify_one();
+        }
+        lookups
+    }
+
+    /// Forgets the VMs for which `exists` is false.
+    pub fn retain(&self, exists: impl Fn(&ObjectRef<VirtualMachine>) -> bool) {
+        let mut inner = self.lock();
+        let gone: Vec<_> = inner
+            .by_vm
+            .keys()
+            .filter(|vm| !exists(vm))
+            .cloned()
+            .collect();
+        for vm in gone {
+            for r in inner.by_vm.remove(&vm).unwrap_or_default() {
+                inner.release(&vm, &r);
+            }
+        }
+    }
+
+    /// The references due for a check at `now`, and when the next one is due after them.
+    pub fn due(&self, now: Instant) -> (Vec<String>, Option<Instant>) {
+        let inner = self.lock();
+        let due = inner
+            .tags
+            .iter()
+            .filter(|(_, s)| s.next_check <= now)
+            .map(|(r, _)| r.clone())
+            .collect();
+        let next = inner
+            .tags
+            .values()
+            .map(|s| s.next_check)
+            .filter(|&t| t > now)
+            .min();
+        (due, next)
+    }
+
+    /// Records a check of `reference` made at `now`; the next is due after `interval`
+    /// (doubled per failure in a row, to at most five minutes). Returns the VMs to
+    /// reconcile: all its users when what they report changed (a new digest, the first
+    /// answer, an error appearing or clearing).
+    pub fn checked(
+        &self,
+        reference: &str,
+        result: Result<String, String>,
+        now: Instant,
+        interval: Duration,
+    ) -> Vec<ObjectRef<VirtualMachine>> {
+        let mut inner = self.lock();
+        let Some(state) = inner.tags.get_mut(reference) else {
+            return Vec::new();
+        };
+        let before = (state.checked, state.digest.clone(), state.error.is_some());
+        match result {
+            Ok(digest) => {
+                state.digest = Some(digest);
+                state.error = None;
+                state.failures = 0;
+                state.next_check = now + interval;
+            }
+            Err(error) => {
+                state.error = Some(error);
+                state.failures = state.failures.saturating_add(1);
+                let backoff = interval.saturating_mul(1 << state.failures.min(16));
+                state.next_check = now + backoff.min(MAX_BACKOFF.max(interval));
+            }
+        }
+        state.checked = true;
+        let after = (true, state.digest.clone(), state.error.is_some());
+        if before == after {
+            Vec::new()
+        } else {
+            state.users.iter().cloned().collect()
+        }
+    }
+
+    /// Makes `reference` due at once (a push notification named it); whether it is followed.
+    pub fn check_now(&self, reference: &str, now: Instant) -> bool {
+        let mut inner = self.lock();
+        match inner.tags.get_mut(reference) {
+            Some(state) => {
+                state.next_check = now;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many distinct references are followed.
+    pub fn len(&self) -> usize {
+        self.lock().tags.len()
+    }
+
+    /// Whether no reference is followed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Inner {
+    fn release(&mut self, vm: &ObjectRef<VirtualMachine>, reference: &str) {
+        if let Some(state) = self.tags.get_mut(reference) {
+            state.users.remove(vm);
+            if state.users.is_empty() {
+                self.tags.remove(reference);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: &str = "local:5000/app:dev";
+    const S: Duration = Duration::from_secs(30);
+
+    fn vm(name: &str) -> ObjectRef<VirtualMachine> {
+        ObjectRef::new(name).within("dev")
+    }
+
+    #[test]
+    fn a_tag_is_checked_once_per_interval_however_many_vms_follow_it() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            let lookups = tags.follow(&vm(&format!("vm-{i}")), vec![R.into()], t0);
+            assert_eq!(lookups, [(R.to_string(), Lookup::Pending)]);
+        }
+        assert_eq!(tags.len(), 1);
+        assert_eq!(tags.due(t0).0, [R]);
+        let users = tags.checked(R, Ok("sha256:1".into()), t0, S);
+        assert_eq!(users.len(), 1000, "the first answer reaches every user");
+        assert!(tags.due(t0 + S / 2).0.is_empty());
+        assert_eq!(tags.due(t0 + S / 2).1, Some(t0 + S));
+        assert_eq!(tags.due(t0 + S).0, [R]);
+        // The same digest again: nobody to reconcile.
+        assert!(tags.checked(R, Ok("sha256:1".into()), t0 + S, S).is_empty());
+        // It moved: every user.
+        assert_eq!(
+            tags.checked(R, Ok("sha256:2".into()), t0 + S * 2, S).len(),
+            1000
+        );
+        assert_eq!(
+            tags.follow(&vm("vm-0"), vec![R.into()], t0)[0].1,
+            Lookup::Known {
+                digest: Some("sha256:2".into()),
+                error: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_check_keeps_the_last_digest_and_backs_off() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        tags.follow(&vm("a"), vec![R.into()], t0);
+        tags.checked(R, Ok("sha256:1".into()), t0, S);
+        let users = tags.checked(R, Err("connection refused".into()), t0 + S, S);
+        assert_eq!(users, [vm("a")], "the error is news");
+        assert_eq!(
+            tags.follow(&vm("a"), vec![R.into()], t0)[0].1,
+            Lookup::Known {
+                digest: Some("sha256:1".into()),
+                error: Some("connection refused".into())
+            }
+        );
+        assert_eq!(tags.due(t0 + S).1, Some(t0 + S + S * 2));
+        assert!(
+            tags.checked(R, Err("connection refused".into()), t0 + S * 3, S)
+                .is_empty()
+        );
+        assert_eq!(tags.due(t0 + S * 3).1, Some(t0 + S * 3 + S * 4));
+        // Answering again clears the error, and a move meanwhile is followed.
+        assert_eq!(
+            tags.checked(R, Ok("sha256:3".into()), t0 + S * 7, S),
+            [vm("a")]
+        );
+    }
+
+    #[test]
+    fn tags_no_vm_follows_are_forgotten() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        tags.follow(&vm("a"), vec![R.into(), "local:5000/other:dev".into()], t0);
+        tags.follow(&vm("b"), vec![R.into()], t0);
+        tags.follow(&vm("a"), vec![R.into()], t0);
+        assert_eq!(tags.len(), 1);
+        tags.retain(|v| v != &vm("a"));
+        assert_eq!(tags.len(), 1);
+        tags.follow(&vm("b"), Vec::new(), t0);
+        assert!(tags.is_empty());
+        assert!(!tags.check_now(R, t0));
+    }
+}

@@ -1,0 +1,223 @@
+//! Following a moving tag by digest, against a real CNCF registry and the real control
+//! plane: pods pinned to the digest a tag points to, and replaced (or reported) when it
+//! moves. Run with `scripts/test`.
+
+#![allow(clippy::unwrap_used)] // test code
+// Each scenario reads top to bottom, as a user would go through it.
+#![allow(clippy::too_many_lines)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use imagemap::operator::Options;
+use kube::ResourceExt;
+use kube::runtime::watcher;
+use serde_json::json;
+use support::registry::TestRegistry;
+use support::vms::*;
+use support::*;
+
+async fn wait_event(e: &Env, object: &str, reason: &str) {
+    use k8s_openapi::api::core::v1::Event;
+    let api: kube::Api<Event> = kube::Api::namespaced(e.client.clone(), &e.ns);
+    wait_list(
+        api,
+        watcher::Config::default(),
+        &format!("event {reason} on {object}"),
+        |evs| {
+            evs.iter().any(|ev| {
+                ev.involved_object.name.as_deref() == Some(object)
+                    && ev.reason.as_deref() == Some(reason)
+            })
+        },
+    )
+    .await;
+}
+
+/// A mapping that sends the compute image to `to` and follows its tag.
+fn follow_rule(to: &str) -> serde_json::Value {
+    json!([{"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": to, "followTag": true}])
+}
+
+/// Waits until the VM's status reports `digest` for its root disk (and says it follows it).
+async fn wait_digest(e: &Env, vm_name: &str, digest: &str) {
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        &format!("{vm_name} reports {digest}"),
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == vm_name
+                    && v.status.as_ref().is_some_and(|s| {
+                        s.resolved_images.iter().any(|i| {
+                            i.slot == "rootDisk"
+                                && i.follow_tag
+                                && i.digest.as_deref() == Some(digest)
+                        })
+                    })
+            })
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_pushed_tag_moves_live_reload_pods_and_is_reported_to_the_others() {
+    let e = env("digest-poll").await;
+    let registry = TestRegistry::start(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let interval = Duration::from_secs(1);
+    let op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: interval,
+            insecure_registries: vec![registry.host()],
+            ..Options::default()
+        },
+    )
+    .await;
+    e.add_mapping("constant", follow_rule(&tag)).await;
+    e.add_vm("live", true, "Always", COMPUTE).await;
+    e.add_vm("steady", false, "Always", COMPUTE).await;
+    // Pinned to the digest `:dev` points to.
+    let live_before = wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
+    let steady_before = wait_single_pod(&e, "steady", &format!("{tag}@{first}")).await;
+    wait_digest(&e, "live", &first).await;
+    // Pinned pods of an unmoved tag wait for nothing.
+    wait_list(
+        e.mappings.clone(),
+        watcher::Config::default(),
+        "the mapping counts 2 VMs, none awaiting a restart",
+        |ms| {
+            ms.iter().any(|m| {
+                m.status
+                    .as_ref()
+                    .is_some_and(|s| s.affected_vms == Some(2) && s.awaiting_restart.is_empty())
+            })
+        },
+    )
+    .await;
+
+    // A new build is pushed to the same tag.
+    let second = registry.push("vm-compute-node-v17", "dev", "build 2");
+    assert_ne!(first, second);
+    let pushed = Instant::now();
+    let live_after = wait_single_pod(&e, "live", &format!("{tag}@{second}")).await;
+    let replaced = pushed.elapsed();
+    assert_ne!(live_after.name_any(), live_before.name_any());
+    wait_digest(&e, "live", &second).await;
+
+    // Without liveReload, the VM says a restart is due and names the new digest.
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        "steady: RestartRequired naming the new digest",
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == "steady"
+                    && v.status.as_ref().is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.type_ == "ImagesCurrent"
+                                && c.reason == "RestartRequired"
+                                && c.message.contains(&second)
+                        })
+                    })
+            })
+        },
+    )
+    .await;
+    let steady_pod = e.pods.get(&steady_before.name_any()).await.unwrap();
+    assert_eq!(steady_pod.uid(), steady_before.uid(), "untouched");
+    // The mapping lists it as waiting for a restart (and only it).
+    let awaiting = format!("{}/steady", e.ns);
+    wait_list(
+        e.mappings.clone(),
+        watcher::Config::default(),
+        "the mapping lists steady as awaiting a restart",
+        |ms| {
+            ms.iter().any(|m| {
+                m.status
+                    .as_ref()
+                    .is_some_and(|s| s.awaiting_restart == [awaiting.clone()])
+            })
+        },
+    )
+    .await;
+
+    // One check per interval for the one tag, however many VMs follow it.
+    let (checks, window) = (op.observers.metrics.tag_checks("ok"), Instant::now());
+    tokio::time::sleep(interval * 5).await; // a measuring window, not a wait for a condition
+    let made = op.observers.metrics.tag_checks("ok") - checks;
+    let intervals = window.elapsed().as_secs_f64() / interval.as_secs_f64();
+    println!(
+        "push to pinned replacement pod: {:.2} s (poll interval {interval:?}); {made} checks in {intervals:.1} intervals for 1 tag and 2 VMs",
+        replaced.as_secs_f64()
+    );
+    assert!(
+        f64::from(u32::try_from(made).unwrap()) <= intervals + 1.0,
+        "{made} checks in {intervals:.1} intervals"
+    );
+}
+
+/// Waits until the VM's `ImagesResolved` condition has `reason` (and its message contains
+/// `text`).
+async fn wait_resolved_reason(e: &Env, vm_name: &str, reason: &str, text: &str) {
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        &format!("{vm_name}: ImagesResolved {reason}"),
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == vm_name
+                    && v.status.as_ref().is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.type_ == "ImagesResolved"
+                                && c.reason == reason
+                                && c.message.contains(text)
+                        })
+                    })
+            })
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_registry_that_stops_answering_never_touches_running_pods() {
+    let e = env("digest-down").await;
+    let mut registry = TestRegistry::start(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let _op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: Duration::from_secs(1),
+            insecure_registries: vec![registry.host()],
+            ..Options::default()
+        },
+    )
+    .await;
+    e.add_mapping("constant", follow_rule(&tag)).await;
+    e.add_vm("live", true, "Always", COMPUTE).await;
+    let before = wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
+    let never_two = NeverTwoLivePods::watch(&e);
+
+    registry.stop();
+    wait_resolved_reason(&e, "live", "DigestUnverified", &first).await;
+    wait_event(&e, "live", "DigestUnverified").await;
+    let pod = e.pods.get(&before.name_any()).await.unwrap();
+    assert_eq!(pod.uid(), before.uid(), "the running pod is untouched");
+    assert!(pod.metadata.deletion_timestamp.is_none());
+
+    // Back, with a build pushed before the operator looked again: the error clears and
+    // the move is followed.
+    registry.restart().await;
+    let second = registry.push("vm-compute-node-v17", "dev", "build 2");
+    wait_single_pod(&e, "live", &format!("{tag}@{second}")).await;
+    wait_resolved_reason(&e, "live", "Resolved", "").await;
+    never_two.check().await;
+}

@@ -1,0 +1,111 @@
+//! A real OCI registry for tests: the CNCF distribution registry (`registry`, built by
+//! `scripts/control-plane build`) on a loopback port with its own storage, and images
+//! pushed to it with `crane`.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A registry process, stopped when dropped.
+pub struct TestRegistry {
+    pub port: u16,
+    dir: PathBuf,
+    child: super::Killed,
+}
+
+impl TestRegistry {
+    /// Starts a registry and waits until it answers.
+    pub async fn start(name: &str) -> TestRegistry {
+        let port = super::free_port();
+        let dir = std::env::temp_dir().join(format!("registry-{name}-{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let config = format!(
+            "version: 0.1\nlog: {{level: warn}}\n\
+             storage: {{filesystem: {{rootdirectory: {}}}, delete: {{enabled: true}}}}\n\
+             http: {{addr: 127.0.0.1:{port}}}\n",
+            dir.join("data").display()
+        );
+        std::fs::write(dir.join("config.yml"), config).unwrap();
+        let child = serve(&dir, port).await;
+        TestRegistry { port, dir, child }
+    }
+
+    /// Starts the stopped registry again, on the same port with the same images.
+    pub async fn restart(&mut self) {
+        self.child = serve(&self.dir, self.port).await;
+    }
+
+    /// `host:port`, as `--insecure-registries` names it.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Pushes a one-layer image whose only file holds `content` as `repository:tag`;
+    /// returns its manifest digest.
+    pub fn push(&self, repository: &str, tag: &str, content: &str) -> String {
+        let work = self.dir.join(format!("push-{tag}-{}", content.len()));
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("build"), content).unwrap();
+        let tar = work.join("layer.tar");
+        let made = Command::new("tar")
+            .args([
+                "-cf",
+                tar.to_str().unwrap(),
+                "-C",
+                work.to_str().unwrap(),
+                "build",
+            ])
+            .status()
+            .unwrap();
+        assert!(made.success(), "tar");
+        let reference = format!("{}/{repository}:{tag}", self.host());
+        let pushed = Command::new("crane")
+            .args([
+                "append",
+                "--insecure",
+                "-f",
+                tar.to_str().unwrap(),
+                "-t",
+                &reference,
+            ])
+            .output()
+            .expect("crane (built by scripts/control-plane build, on PATH in scripts/test)");
+        assert!(
+            pushed.status.success(),
+            "crane append: {}",
+            String::from_utf8_lossy(&pushed.stderr)
+        );
+        let digest = Command::new("crane")
+            .args(["digest", "--insecure", &reference])
+            .output()
+            .unwrap();
+        assert!(digest.status.success(), "crane digest");
+        String::from_utf8_lossy(&digest.stdout).trim().to_string()
+    }
+
+    /// Stops the registry (until [`Self::restart`]).
+    pub fn stop(&mut self) {
+        let _ = self.child.0.kill();
+        let _ = self.child.0.wait();
+    }
+}
+
+/// Runs `registry serve` on the configuration in `dir` and waits until it answers.
+async fn serve(dir: &std::path::Path, port: u16) -> super::Killed {
+    let child = super::Killed(
+        Command::new("registry")
+            .args(["serve", dir.join("config.yml").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("registry (built by scripts/control-plane build, on PATH in scripts/test)"),
+    );
+    let deadline = Instant::now() + super::WAIT;
+    // Polled, as a readiness probe would: the process gives no other sign.
+    while super::http_get(port, "/v2/").map(|r| r.0) != Some(200) {
+        assert!(Instant::now() < deadline, "the registry never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child
+}
