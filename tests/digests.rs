@@ -221,3 +221,80 @@ async fn a_registry_that_stops_answering_never_touches_running_pods() {
     wait_resolved_reason(&e, "live", "Resolved", "").await;
     never_two.check().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_push_notification_moves_the_pod_at_once_and_a_forged_one_changes_nothing() {
+    let e = env("digest-push").await;
+    let (notify_port, token) = (free_port(), "push-token-for-tests");
+    let registry = TestRegistry::start_notifying(
+        &e.ns,
+        &format!("http://127.0.0.1:{notify_port}/events"),
+        token,
+    )
+    .await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let op = Operator::start(
+        &[&e.ns],
+        Options {
+            // Polling alone would take minutes: what moves the pod is the notification.
+            tag_poll_interval: Duration::from_mins(5),
+            insecure_registries: vec![registry.host()],
+            registry_notifications: Some(imagemap::operator::RegistryNotifications {
+                addr: format!("127.0.0.1:{notify_port}"),
+                token: token.into(),
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    e.add_mapping("constant", follow_rule(&tag)).await;
+    // No grace period: the old pod goes at once, so the time measured is the operator's.
+    let mut live = vm("live", true, "Always", COMPUTE);
+    live.spec.termination_grace_period_seconds = Some(0);
+    e.vms
+        .create(&kube::api::PostParams::default(), &live)
+        .await
+        .unwrap();
+    let before = wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
+    let never_two = NeverTwoLivePods::watch(&e);
+
+    // Forged: a wrong token is refused; the right token with a made-up digest only makes
+    // the operator look, and the tag has not moved.
+    let forged = format!(
+        r#"{{"events": [{{"action": "push", "target": {{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:{}", "repository": "vm-compute-node-v17", "tag": "dev"}}, "request": {{"host": "{}"}}}}]}}"#,
+        "f".repeat(64),
+        registry.host()
+    );
+    let post = |auth: String| {
+        let forged = forged.clone();
+        async move { http_post(notify_port, "/events", &auth, &forged).await }
+    };
+    assert_eq!(post("Bearer wrong".into()).await.0, 401);
+    let checks = op.observers.metrics.tag_checks("ok");
+    assert_eq!(post(format!("Bearer {token}")).await.0, 200);
+    let deadline = Instant::now() + WAIT;
+    while op.observers.metrics.tag_checks("ok") == checks {
+        assert!(
+            Instant::now() < deadline,
+            "the notification led to no check"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pod = e.pods.get(&before.name_any()).await.unwrap();
+    assert_eq!(pod.uid(), before.uid(), "a forged digest changes nothing");
+    wait_digest(&e, "live", &first).await;
+
+    // A real push: the registry notifies, the operator looks, the pod moves.
+    let second = registry.push("vm-compute-node-v17", "dev", "build 2");
+    let pushed = Instant::now();
+    wait_single_pod(&e, "live", &format!("{tag}@{second}")).await;
+    let took = pushed.elapsed();
+    never_two.check().await;
+    println!(
+        "push to pinned replacement pod with a notification: {:.2} s",
+        took.as_secs_f64()
+    );
+    assert!(took <= Duration::from_secs(2), "{took:?}");
+}

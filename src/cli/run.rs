@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::api_requests::ApiRequests;
 use crate::operator::{
-    self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, health,
+    self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
+    health,
 };
 use crate::vm_images;
 
@@ -37,6 +38,15 @@ pub struct RunArgs {
     /// comma-separated or repeated (k3d's local registry is one). Others: HTTPS only.
     #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
     pub insecure_registries: Vec<String>,
+    /// A file holding the bearer token registries must send with push notifications;
+    /// given, the operator accepts them on `--registry-notifications-addr` and checks a
+    /// pushed tag at once.
+    #[arg(long, value_name = "FILE")]
+    pub registry_notifications_token_file: Option<std::path::PathBuf>,
+    /// Address of the registry notification endpoint (with
+    /// `--registry-notifications-token-file`).
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub registry_notifications_addr: String,
     /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
@@ -87,8 +97,30 @@ pub fn init_logging(format: LogFormat) {
 }
 
 impl RunArgs {
-    pub fn options(&self) -> Options {
-        Options {
+    pub fn options(&self) -> anyhow::Result<Options> {
+        let registry_notifications = match &self.registry_notifications_token_file {
+            None => None,
+            Some(path) => {
+                let token = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "--registry-notifications-token-file {}: {e}",
+                        path.display()
+                    )
+                })?;
+                let token = token.trim();
+                if token.is_empty() {
+                    anyhow::bail!(
+                        "--registry-notifications-token-file {}: the file is empty; put the token registries send in it",
+                        path.display()
+                    );
+                }
+                Some(RegistryNotifications {
+                    addr: self.registry_notifications_addr.clone(),
+                    token: token.into(),
+                })
+            }
+        };
+        Ok(Options {
             default_runner_image: self.default_runner_image.clone(),
             namespaces: self.namespaces.clone(),
             allowed_registries: (!self.allowed_registries.is_empty())
@@ -97,7 +129,8 @@ impl RunArgs {
             concurrency: self.concurrency,
             tag_poll_interval: self.tag_poll_interval,
             insecure_registries: self.insecure_registries.clone(),
-        }
+            registry_notifications,
+        })
     }
 }
 
@@ -110,7 +143,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     if !args.leader_elect {
         let (client, requests) = crate::api_requests::client_with_counter(config)?;
         let observers = observe(args, requests).await?;
-        return operator::run_with(client, args.options(), observers, shutdown_signal()).await;
+        return operator::run_with(client, args.options()?, observers, shutdown_signal()).await;
     }
     // Under leader election, the operator's writes pass only while its hold on the Lease
     // lasts.
@@ -129,7 +162,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     };
     operator::run_elected(
         clients,
-        args.options(),
+        args.options()?,
         observers,
         election,
         shutdown_signal(),

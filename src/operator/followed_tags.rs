@@ -43,8 +43,8 @@ const MAX_BACKOFF: Duration = Duration::from_mins(5);
 #[derive(Debug, Default)]
 pub struct FollowedTags {
     inner: Mutex<Inner>,
-    /// Woken when a reference is followed for the first time.
-    pub new_tag: Notify,
+    /// Woken when a reference is due at once: followed for the first time, or pushed.
+    pub wake: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -106,7 +106,7 @@ impl FollowedTags {
             .collect();
         drop(inner);
         if fresh {
-            self.new_tag.notify_one();
+            self.wake.notify_one();
         }
         lookups
     }

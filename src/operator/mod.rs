@@ -28,6 +28,7 @@ mod pod_index;
 mod pod_watcher;
 mod progress;
 mod projection;
+mod push_endpoint;
 mod recreation_budget;
 mod registry;
 mod rule_index;
@@ -56,7 +57,7 @@ use kube::{Client, Resource};
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
 pub use leader::{ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected};
-pub use options::{DEFAULT_CONCURRENCY, DEFAULT_TAG_POLL_INTERVAL, Options};
+pub use options::{DEFAULT_CONCURRENCY, DEFAULT_TAG_POLL_INTERVAL, Options, RegistryNotifications};
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
 pub use writes::FIELD_MANAGER;
@@ -239,6 +240,17 @@ pub async fn run_with(
         "tag follower",
         tag_follower::run(Arc::clone(&ctx), trigger.clone()),
     );
+    if let Some(endpoint) = &ctx.options.registry_notifications {
+        let listener = tokio::net::TcpListener::bind(&endpoint.addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("--registry-notifications-addr {}: {e}", endpoint.addr))?;
+        let (token, ctx) = (Arc::clone(&endpoint.token), Arc::clone(&ctx));
+        tasks.spawn("registry notifications", async move {
+            if let Err(e) = push_endpoint::serve(listener, token, ctx).await {
+                tracing::error!(error = %e, "registry notification endpoint stopped");
+            }
+        });
+    }
     tasks.spawn(
         "pod watcher",
         pod_watcher::run(

@@ -22,6 +22,24 @@ pub struct Options {
     pub tag_poll_interval: Duration,
     /// Registries (`host[:port]`) reached over plain HTTP.
     pub insecure_registries: Vec<String>,
+    /// Where registries post push notifications, when they do.
+    pub registry_notifications: Option<RegistryNotifications>,
+}
+
+/// The push notification endpoint: its address and the bearer token requests must carry.
+#[derive(Clone)]
+pub struct RegistryNotifications {
+    pub addr: String,
+    pub token: std::sync::Arc<str>,
+}
+
+impl std::fmt::Debug for RegistryNotifications {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryNotifications")
+            .field("addr", &self.addr)
+            .field("token", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The default of [`Options::tag_poll_interval`].
@@ -40,6 +58,7 @@ impl Default for Options {
             concurrency: DEFAULT_CONCURRENCY,
             tag_poll_interval: DEFAULT_TAG_POLL_INTERVAL,
             insecure_registries: Vec::new(),
+            registry_notifications: None,
         }
     }
 }

@@ -24,7 +24,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
             let wait = next.map_or(interval, |t| t.saturating_duration_since(Instant::now()));
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = ctx.followed.new_tag.notified() => {}
+                () = ctx.followed.wake.notified() => {}
             }
             continue;
         }

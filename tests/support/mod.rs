@@ -384,3 +384,32 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// A plain HTTP POST of a JSON body on loopback with an `Authorization` header: `(status
+/// code, body)`. Async: the server may run on the test's own runtime.
+pub async fn http_post(port: u16, path: &str, authorization: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+         Authorization: {authorization}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("answer");
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (code, body)
+}

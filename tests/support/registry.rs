@@ -16,6 +16,20 @@ pub struct TestRegistry {
 impl TestRegistry {
     /// Starts a registry and waits until it answers.
     pub async fn start(name: &str) -> TestRegistry {
+        Self::start_with(name, "").await
+    }
+
+    /// Starts a registry that posts its push notifications to `url` with `token` as
+    /// bearer token.
+    pub async fn start_notifying(name: &str, url: &str, token: &str) -> TestRegistry {
+        let notifications = format!(
+            "notifications: {{endpoints: [{{name: imagemap, url: '{url}', \
+             headers: {{Authorization: ['Bearer {token}']}}, timeout: 2s, threshold: 3, backoff: 1s}}]}}\n"
+        );
+        Self::start_with(name, &notifications).await
+    }
+
+    async fn start_with(name: &str, extra: &str) -> TestRegistry {
         let port = super::free_port();
         let dir = std::env::temp_dir().join(format!("registry-{name}-{port}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -23,7 +37,7 @@ impl TestRegistry {
         let config = format!(
             "version: 0.1\nlog: {{level: warn}}\n\
              storage: {{filesystem: {{rootdirectory: {}}}, delete: {{enabled: true}}}}\n\
-             http: {{addr: 127.0.0.1:{port}}}\n",
+             http: {{addr: 127.0.0.1:{port}}}\n{extra}",
             dir.join("data").display()
         );
         std::fs::write(dir.join("config.yml"), config).unwrap();

@@ -1,0 +1,89 @@
+//! The endpoint registries post push notifications to (`--registry-notifications-*`):
+//! a pushed tag that VMs follow is checked at once instead of at the next poll. Requests
+//! must carry the configured bearer token; what they say is only a hint (see
+//! [`crate::registry_push`]).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use super::Context;
+use crate::registry_push::{authorized, pushed_tags};
+
+/// The largest envelope read.
+const BODY_LIMIT: usize = 1 << 20;
+
+/// Serves notifications on `listener` until the operator stops.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    token: Arc<str>,
+    ctx: Arc<Context>,
+) -> std::io::Result<()> {
+    tracing::info!(addr = ?listener.local_addr().ok(), "accepting registry notifications");
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let (token, ctx) = (Arc::clone(&token), Arc::clone(&ctx));
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let (token, ctx) = (Arc::clone(&token), Arc::clone(&ctx));
+                async move { Ok::<_, Infallible>(handle(req, &token, &ctx).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "notification connection");
+            }
+        });
+    }
+}
+
+async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<Full<Bytes>> {
+    if req.method() != Method::POST {
+        return answer(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "POST registry notifications here",
+        );
+    }
+    let header = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if !authorized(header, token) {
+        tracing::warn!("registry notification refused: missing or wrong bearer token");
+        return answer(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+    }
+    let Ok(body) = Limited::new(req.into_body(), BODY_LIMIT).collect().await else {
+        return answer(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "envelope too large or cut short",
+        );
+    };
+    let tags = match pushed_tags(&body.to_bytes()) {
+        Ok(tags) => tags,
+        Err(e) => return answer(StatusCode::BAD_REQUEST, &e),
+    };
+    let now = Instant::now();
+    let mut followed = 0;
+    for tag in &tags {
+        if ctx.followed.check_now(tag, now) {
+            tracing::info!(reference = %tag, "pushed: checking the followed tag now");
+            followed += 1;
+        }
+    }
+    if followed > 0 {
+        ctx.followed.wake.notify_one();
+    }
+    answer(StatusCode::OK, "")
+}
+
+fn answer(code: StatusCode, text: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(text.to_string())));
+    *r.status_mut() = code;
+    r
+}
