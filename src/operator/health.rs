@@ -2,7 +2,6 @@
 //! readiness to synced caches — and `/metrics`.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -10,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Response, StatusCode};
 
 use super::metrics::Metrics;
 
@@ -197,42 +194,29 @@ pub async fn serve(
     health: Arc<Health>,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<()> {
-    tracing::info!(addr = ?listener.local_addr().ok(), "serving /livez, /readyz and /metrics");
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let (health, metrics) = (Arc::clone(&health), Arc::clone(&metrics));
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let (health, metrics) = (Arc::clone(&health), Arc::clone(&metrics));
-                async move {
-                    Ok::<_, Infallible>(match req.uri().path() {
-                        "/livez" | "/healthz" => respond(health.live()),
-                        "/readyz" => respond(health.ready()),
-                        "/metrics" => {
-                            let mut r = Response::new(Full::new(Bytes::from(metrics.render())));
-                            r.headers_mut().insert(
-                                hyper::header::CONTENT_TYPE,
-                                hyper::header::HeaderValue::from_static(
-                                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                                ),
-                            );
-                            r
-                        }
-                        _ => {
-                            let mut r = respond(Err("not found".into()));
-                            *r.status_mut() = StatusCode::NOT_FOUND;
-                            r
-                        }
-                    })
-                }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "probe connection");
+    super::http_endpoint::serve(listener, "/livez, /readyz and /metrics", move |req| {
+        let response = match req.uri().path() {
+            "/livez" | "/healthz" => respond(health.live()),
+            "/readyz" => respond(health.ready()),
+            "/metrics" => {
+                let mut r = Response::new(Full::new(Bytes::from(metrics.render())));
+                r.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
+                );
+                r
             }
-        });
-    }
+            _ => {
+                let mut r = respond(Err("not found".into()));
+                *r.status_mut() = StatusCode::NOT_FOUND;
+                r
+            }
+        };
+        std::future::ready(response)
+    })
+    .await
 }
 
 #[cfg(test)]

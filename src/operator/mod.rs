@@ -17,6 +17,7 @@ mod create_failures;
 mod events;
 mod followed_tags;
 pub mod health;
+mod http_endpoint;
 mod invalid_objects;
 mod jitter;
 mod leader;

@@ -3,7 +3,6 @@
 //! must carry the configured bearer token; what they say is only a hint (see
 //! [`crate::registry_push`]).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +10,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 
 use super::Context;
 use crate::registry_push::{authorized, pushed_tags};
@@ -25,22 +23,11 @@ pub async fn serve(
     token: Arc<str>,
     ctx: Arc<Context>,
 ) -> std::io::Result<()> {
-    tracing::info!(addr = ?listener.local_addr().ok(), "accepting registry notifications");
-    loop {
-        let (stream, _) = listener.accept().await?;
+    super::http_endpoint::serve(listener, "registry notifications", move |req| {
         let (token, ctx) = (Arc::clone(&token), Arc::clone(&ctx));
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let (token, ctx) = (Arc::clone(&token), Arc::clone(&ctx));
-                async move { Ok::<_, Infallible>(handle(req, &token, &ctx).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "notification connection");
-            }
-        });
-    }
+        async move { handle(req, &token, &ctx).await }
+    })
+    .await
 }
 
 async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<Full<Bytes>> {
