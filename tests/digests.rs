@@ -298,3 +298,45 @@ async fn a_push_notification_moves_the_pod_at_once_and_a_forged_one_changes_noth
     );
     assert!(took <= Duration::from_secs(2), "{took:?}");
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn resolve_asks_the_registry_only_when_told() {
+    let registry = TestRegistry::start("resolve-cli").await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let digest = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let dir = std::env::temp_dir().join(format!("follow-cli-{}", registry.port));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mapping.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {{name: m, namespace: dev}}\n\
+             spec: {{rules: [{{match: {{repository: neondatabase/vm-compute-node-v17}}, to: '{tag}', followTag: true}}]}}\n"
+        ),
+    )
+    .unwrap();
+    let resolve = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagemap"))
+            .args(["resolve", "-f", file.to_str().unwrap(), "-n", "dev"])
+            .args(["--image", "neondatabase/vm-compute-node-v17", "-o", "json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let offline = resolve(&[]);
+    assert_eq!(offline["images"][0]["followTag"], true);
+    assert_eq!(
+        offline["images"][0]["resolvedDigest"],
+        serde_json::Value::Null
+    );
+    let host = registry.host();
+    let asked = resolve(&["--follow-tags", "--insecure-registries", &host]);
+    assert_eq!(asked["images"][0]["resolvedDigest"], digest.as_str());
+}

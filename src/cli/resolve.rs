@@ -42,6 +42,13 @@ pub struct ResolveArgs {
     /// Runner image of VirtualMachines that name none (the operator's flag of the same name).
     #[arg(long, default_value = vm_images::DEFAULT_RUNNER_IMAGE)]
     pub default_runner_image: String,
+    /// Ask the registries which digest each followed tag (`followTag`) points to now.
+    /// Off by default: the preview stays offline.
+    #[arg(long)]
+    pub follow_tags: bool,
+    /// Registries (`host[:port]`) to ask over plain HTTP with --follow-tags.
+    #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
+    pub insecure_registries: Vec<String>,
 }
 
 /// Exit status: everything resolved.
@@ -66,7 +73,16 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
             "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, VirtualMachine and Namespace"
         );
     }
-    let report = Report::build(&manifests, args);
+    let mut report = Report::build(&manifests, args);
+    if args.follow_tags {
+        let digests = ask_registries(&report.followed(), &args.insecure_registries);
+        for (reference, result) in &digests {
+            if let Err(e) = result {
+                let _ = writeln!(err, "note: {reference}: digest unknown: {e}");
+            }
+        }
+        report.pin(&digests);
+    }
     for line in report.problem_lines() {
         let _ = writeln!(err, "problem: {line}");
     }
@@ -87,6 +103,34 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     }
 }
 
+/// What the registries answered for each followed reference.
+type Digests = BTreeMap<String, Result<String, String>>;
+
+/// Asks the registries for the digest of each of `references`.
+fn ask_registries(references: &BTreeSet<String>, insecure: &[String]) -> Digests {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("no async runtime: {e}");
+            return references
+                .iter()
+                .map(|r| (r.clone(), Err(why.clone())))
+                .collect();
+        }
+    };
+    runtime.block_on(async {
+        let registries = crate::operator::registry::Registries::new(insecure);
+        let mut out = Digests::new();
+        for reference in references {
+            out.insert(reference.clone(), registries.digest(reference).await);
+        }
+        out
+    })
+}
+
 struct ImageEntry {
     input: String,
     parsed: Result<Reference, String>,
@@ -95,6 +139,8 @@ struct ImageEntry {
     conflicts: Vec<RuleRef>,
     more_conflicts: usize,
     follow_tag: bool,
+    /// With --follow-tags: the registry's answer for a followed result.
+    digest: Option<Result<String, String>>,
 }
 
 struct VmEntry {
@@ -110,6 +156,40 @@ struct Report {
 }
 
 impl Report {
+    /// The distinct references followed by tag.
+    fn followed(&self) -> BTreeSet<String> {
+        let images = self.images.iter().filter(|i| i.follow_tag).filter_map(|i| {
+            i.resolved
+                .as_ref()
+                .and_then(|r| r.as_ref().ok())
+                .map(ToString::to_string)
+        });
+        let slots = self
+            .vms
+            .iter()
+            .flat_map(|v| v.resolution.followed().map(str::to_string));
+        images.chain(slots).collect()
+    }
+
+    /// Pins followed results to the digests the registries gave.
+    fn pin(&mut self, digests: &Digests) {
+        for i in &mut self.images {
+            if let (true, Some(Ok(r))) = (i.follow_tag, &i.resolved) {
+                i.digest = digests.get(&r.to_string()).cloned();
+            }
+        }
+        for v in &mut self.vms {
+            v.resolution.pin(
+                |r| match digests.get(r) {
+                    Some(Ok(d)) => (Some(d.clone()), None),
+                    Some(Err(e)) => (None, Some(e.clone())),
+                    None => (None, None),
+                },
+                &[],
+            );
+        }
+    }
+
     fn build(manifests: &Manifests, args: &ResolveArgs) -> Report {
         let inputs: Vec<MappingInput> = manifests
             .image_mappings
@@ -150,6 +230,7 @@ impl Report {
                     conflicts: Vec::new(),
                     more_conflicts: 0,
                     follow_tag: false,
+                    digest: None,
                 };
                 if let Ok(r) = &parsed {
                     let res = set.resolve(r, &who, Mode::Live);
@@ -294,7 +375,11 @@ impl Report {
             for i in &self.images {
                 let resolved = match (&i.parsed, &i.resolved) {
                     (Err(e), _) | (_, Some(Err(e))) => format!("error: {e}"),
-                    (_, Some(Ok(r))) => followed(r.as_str(), i.follow_tag),
+                    (_, Some(Ok(r))) => followed(
+                        r.as_str(),
+                        i.follow_tag,
+                        i.digest.as_ref().and_then(|d| d.as_ref().ok()),
+                    ),
                     (Ok(_), None) => String::new(),
                 };
                 rows.push([
@@ -319,7 +404,7 @@ impl Report {
             for v in &self.vms {
                 for slot in &v.resolution.slots {
                     let resolved = match &slot.outcome {
-                        Ok(r) => followed(r, slot.follow_tag),
+                        Ok(r) => followed(r, slot.follow_tag, slot.digest.as_ref()),
                         Err(e) => format!("error: {e}"),
                     };
                     rows.push([
@@ -343,13 +428,13 @@ impl Report {
     }
 }
 
-/// A resolved image as the table shows it: a followed tag says so (the preview stays
-/// offline: the digest is the operator's to find).
-fn followed(resolved: &str, follow_tag: bool) -> String {
-    if follow_tag {
-        format!("{resolved} (follows tag)")
-    } else {
-        resolved.to_string()
+/// A resolved image as the table shows it: a followed tag says so, pinned when
+/// --follow-tags asked its registry.
+fn followed(resolved: &str, follow_tag: bool, digest: Option<&String>) -> String {
+    match (follow_tag, digest) {
+        (true, Some(d)) => format!("{resolved}@{d} (follows tag)"),
+        (true, None) => format!("{resolved} (follows tag)"),
+        (false, _) => resolved.to_string(),
     }
 }
 
@@ -422,6 +507,8 @@ fn image_json(i: &ImageEntry) -> Value {
         "conflicts": i.conflicts.iter().map(source_json).collect::<Vec<_>>(),
         "moreConflicts": i.more_conflicts,
         "followTag": i.follow_tag,
+        "resolvedDigest": i.digest.as_ref().and_then(|d| d.as_ref().ok()),
+        "digestError": i.digest.as_ref().and_then(|d| d.as_ref().err()),
         "error": error,
     })
 }
@@ -435,6 +522,8 @@ fn slot_json(slot: &SlotResolution) -> Value {
         "conflicts": slot.conflicts.iter().map(source_json).collect::<Vec<_>>(),
         "moreConflicts": slot.more_conflicts,
         "followTag": slot.follow_tag,
+        "digest": slot.digest,
+        "digestError": slot.digest_error,
         "error": slot.outcome.as_ref().err().map(ToString::to_string),
     })
 }

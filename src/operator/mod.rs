@@ -31,7 +31,7 @@ mod progress;
 mod projection;
 mod push_endpoint;
 mod recreation_budget;
-mod registry;
+pub(crate) mod registry;
 mod rule_index;
 mod rules_watcher;
 mod status_memory;
