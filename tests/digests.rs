@@ -340,3 +340,61 @@ async fn resolve_asks_the_registry_only_when_told() {
     let asked = resolve(&["--follow-tags", "--insecure-registries", &host]);
     assert_eq!(asked["images"][0]["resolvedDigest"], digest.as_str());
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_thousand_vms_following_one_tag_cost_one_check_per_interval() {
+    use futures::StreamExt;
+    const VMS: usize = 1000;
+    let e = env("digest-many").await;
+    let registry = TestRegistry::start(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let digest = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let interval = Duration::from_secs(1);
+    let op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: interval,
+            insecure_registries: vec![registry.host()],
+            ..Options::default()
+        },
+    )
+    .await;
+    e.add_mapping("constant", follow_rule(&tag)).await;
+    futures::stream::iter(0..VMS)
+        .for_each_concurrent(32, |i| {
+            let e = &e;
+            async move {
+                e.add_unscheduled_vm(&format!("vm-{i}"), false, "Always", COMPUTE)
+                    .await;
+            }
+        })
+        .await;
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        &format!("{VMS} VMs report {digest}"),
+        |vms| {
+            vms.len() == VMS
+                && vms.iter().all(|v| {
+                    v.status.as_ref().is_some_and(|s| {
+                        s.resolved_images
+                            .iter()
+                            .any(|i| i.digest.as_deref() == Some(digest.as_str()))
+                    })
+                })
+        },
+    )
+    .await;
+    let (checks, window) = (op.observers.metrics.tag_checks("ok"), Instant::now());
+    tokio::time::sleep(interval * 5).await; // a measuring window, not a wait for a condition
+    let made = op.observers.metrics.tag_checks("ok") - checks;
+    let intervals = window.elapsed().as_secs_f64() / interval.as_secs_f64();
+    println!(
+        "{made} registry checks in {intervals:.1} poll intervals for {VMS} VMs following one tag"
+    );
+    assert!(
+        f64::from(u32::try_from(made).unwrap()) <= intervals + 1.0,
+        "{made} checks in {intervals:.1} intervals"
+    );
+}
