@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::api::{
-    ClusterImageMapping, ImageMapping, ImageMappingStatus, RuleStatus, VirtualMachine,
+    ClusterImageMapping, FollowedTag, ImageMapping, ImageMappingStatus, RuleStatus, VirtualMachine,
 };
 use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
 use crate::rules::{
@@ -78,6 +78,8 @@ type Ties = BTreeMap<(RuleRef, RuleRef), (String, String)>;
 struct VmTally {
     affected: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<String>>>,
     awaiting: BTreeMap<MappingKey, BTreeSet<String>>,
+    /// The references each rule's results follow by tag.
+    followed: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<String>>>,
     /// `(winner, loser)` pairs.
     ties: Ties,
 }
@@ -142,6 +144,14 @@ impl VmTally {
                     .entry(rule.index)
                     .or_default()
                     .insert(name.clone());
+                if let (true, Ok(reference)) = (slot.follow_tag, &slot.outcome) {
+                    self.followed
+                        .entry(rule.mapping.clone())
+                        .or_default()
+                        .entry(rule.index)
+                        .or_default()
+                        .insert(reference.clone());
+                }
                 if awaiting {
                     self.awaiting
                         .entry(rule.mapping.clone())
@@ -224,6 +234,9 @@ fn problems_message(problems: &[RuleProblem]) -> String {
     message
 }
 
+/// The most followed tags a rule's status lists.
+const FOLLOWED_TAGS_SHOWN: usize = 8;
+
 /// The status of every mapping in `mappings`, given the rule set with dry-run mappings
 /// taking part (`preview`), the VMs, and which of them (`namespace/name`) wait for a restart
 /// (see [`crate::vm_plan::awaits_restart`]).
@@ -234,6 +247,7 @@ pub fn mapping_statuses<'a>(
     vms: &[VmView<'a>],
     awaiting_restart: &BTreeSet<String>,
     default_runner_image: &'a str,
+    digest_of: &dyn Fn(&str) -> Option<String>,
     now: &Time,
 ) -> MappingStatuses {
     let dry_runs: BTreeSet<&MappingKey> = mappings
@@ -252,6 +266,7 @@ pub fn mapping_statuses<'a>(
     let mut out = MappingStatuses::default();
     for m in mappings {
         let per_rule = tally.affected.remove(&m.key).unwrap_or_default();
+        let followed = tally.followed.remove(&m.key).unwrap_or_default();
         let own = problems.remove(&m.key).unwrap_or_default();
         let all_vms: BTreeSet<&String> = per_rule.values().flatten().collect();
         let rules: Vec<RuleStatus> = (0..m.rule_count)
@@ -261,6 +276,16 @@ pub fn mapping_statuses<'a>(
                     .get(&i)
                     .map_or(0, |s| i32::try_from(s.len()).unwrap_or(i32::MAX)),
                 problem: RuleProblem::for_rule(&own, i).map(ToString::to_string),
+                followed_tags: followed
+                    .get(&i)
+                    .into_iter()
+                    .flatten()
+                    .take(FOLLOWED_TAGS_SHOWN)
+                    .map(|reference| FollowedTag {
+                        digest: digest_of(reference),
+                        reference: reference.clone(),
+                    })
+                    .collect(),
             })
             .collect();
         let in_conflict: BTreeSet<usize> = own
@@ -345,8 +370,16 @@ mod tests {
             })
             .collect();
         let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
-        let out =
-            mapping_statuses(&set, &mappings, &views, &BTreeSet::new(), "runner:1", &now).statuses;
+        let out = mapping_statuses(
+            &set,
+            &mappings,
+            &views,
+            &BTreeSet::new(),
+            "runner:1",
+            &|_| None,
+            &now,
+        )
+        .statuses;
         // The live mapping decides the VM's image; the dry run would.
         assert_eq!(out[&key("live")].affected_vms, Some(1));
         assert_eq!(out[&key("live")].rules[0].affected_vms, 1);
@@ -378,8 +411,16 @@ mod tests {
                 previous: None,
             })
             .collect();
-        let out =
-            mapping_statuses(&set, &mappings, &views, &BTreeSet::new(), "runner", &now).statuses;
+        let out = mapping_statuses(
+            &set,
+            &mappings,
+            &views,
+            &BTreeSet::new(),
+            "runner",
+            &|_| None,
+            &now,
+        )
+        .statuses;
         let alpha = &out[&key("alpha")];
         assert_eq!(alpha.affected_vms, Some(1));
         assert_eq!(alpha.conditions[0].status, "False");
@@ -435,7 +476,15 @@ mod tests {
             dry_run: false,
             previous: None,
         }];
-        let out = mapping_statuses(&set, &mappings, &views, &BTreeSet::new(), "runner", &now);
+        let out = mapping_statuses(
+            &set,
+            &mappings,
+            &views,
+            &BTreeSet::new(),
+            "runner",
+            &|_| None,
+            &now,
+        );
         let status = &out.statuses[&key("twice")];
         let message = &status.conditions[0].message;
         assert_eq!(
@@ -505,7 +554,15 @@ mod tests {
             })
             .collect();
         let awaiting = BTreeSet::from(["dev/b".to_string()]);
-        let out = mapping_statuses(&set, &mappings, &views, &awaiting, "runner", &now);
+        let out = mapping_statuses(
+            &set,
+            &mappings,
+            &views,
+            &awaiting,
+            "runner",
+            &|_| None,
+            &now,
+        );
         let alpha = &out.statuses[&key("alpha")];
         assert_eq!(
             alpha.conditions[0].message,

@@ -131,17 +131,23 @@ async fn a_pushed_tag_moves_live_reload_pods_and_is_reported_to_the_others() {
     .await;
     let steady_pod = e.pods.get(&steady_before.name_any()).await.unwrap();
     assert_eq!(steady_pod.uid(), steady_before.uid(), "untouched");
-    // The mapping lists it as waiting for a restart (and only it).
+    // The mapping lists it as waiting for a restart (and only it), and its rule the tag it
+    // follows with the digest it points to now.
     let awaiting = format!("{}/steady", e.ns);
+    let followed = imagemap::api::FollowedTag {
+        reference: tag.clone(),
+        digest: Some(second.clone()),
+    };
     wait_list(
         e.mappings.clone(),
         watcher::Config::default(),
         "the mapping lists steady as awaiting a restart",
         |ms| {
             ms.iter().any(|m| {
-                m.status
-                    .as_ref()
-                    .is_some_and(|s| s.awaiting_restart == [awaiting.clone()])
+                m.status.as_ref().is_some_and(|s| {
+                    s.awaiting_restart == [awaiting.clone()]
+                        && s.rules[0].followed_tags == [followed.clone()]
+                })
             })
         },
     )

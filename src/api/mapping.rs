@@ -234,4 +234,22 @@ pub struct RuleStatus {
     /// Why the rule is not used or is in conflict, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The tags this rule's results follow (`followTag`), with the digest each points to:
+    /// the first 8 in name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub followed_tags: Vec<FollowedTag>,
+}
+
+/// A tag a rule follows, and the digest it points to as last checked.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FollowedTag {
+    /// `registry/repository:tag`.
+    #[schemars(length(max = 1024))]
+    pub reference: String,
+    /// Absent until the registry has answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 135))]
+    pub digest: Option<String>,
 }

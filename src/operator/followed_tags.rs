@@ -196,6 +196,14 @@ impl FollowedTags {
         }
     }
 
+    /// The digest `reference` pointed to at its last successful check.
+    pub fn digest(&self, reference: &str) -> Option<String> {
+        self.lock()
+            .tags
+            .get(reference)
+            .and_then(|s| s.digest.clone())
+    }
+
     /// How many distinct references are followed.
     pub fn len(&self) -> usize {
         self.lock().tags.len()

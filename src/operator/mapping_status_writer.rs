@@ -94,6 +94,7 @@ async fn write_statuses(ctx: &Context) -> usize {
         &views,
         &awaiting_restart(ctx, &views),
         &ctx.options.default_runner_image,
+        &|reference| ctx.followed.digest(reference),
         &conditions::now(),
     );
     ctx.observers
