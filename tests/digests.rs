@@ -40,6 +40,25 @@ fn follow_rule(to: &str) -> serde_json::Value {
     json!([{"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": to, "followTag": true}])
 }
 
+/// A registry holding a first build at `:dev`, an operator polling it every `interval`,
+/// and the mapping that follows `:dev`: `(registry, tag, first digest, operator)`.
+async fn following(e: &Env, interval: Duration) -> (TestRegistry, String, String, Operator) {
+    let registry = TestRegistry::start(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: interval,
+            insecure_registries: vec![registry.host()],
+            ..Options::default()
+        },
+    )
+    .await;
+    e.add_mapping("constant", follow_rule(&tag)).await;
+    (registry, tag, first, op)
+}
+
 /// Waits until the VM's status reports `digest` for its root disk (and says it follows it).
 async fn wait_digest(e: &Env, vm_name: &str, digest: &str) {
     wait_list(
@@ -66,20 +85,8 @@ async fn wait_digest(e: &Env, vm_name: &str, digest: &str) {
 #[ignore = "needs a control plane: run scripts/test"]
 async fn a_pushed_tag_moves_live_reload_pods_and_is_reported_to_the_others() {
     let e = env("digest-poll").await;
-    let registry = TestRegistry::start(&e.ns).await;
-    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
-    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
     let interval = Duration::from_secs(1);
-    let op = Operator::start(
-        &[&e.ns],
-        Options {
-            tag_poll_interval: interval,
-            insecure_registries: vec![registry.host()],
-            ..Options::default()
-        },
-    )
-    .await;
-    e.add_mapping("constant", follow_rule(&tag)).await;
+    let (registry, tag, first, op) = following(&e, interval).await;
     e.add_vm("live", true, "Always", COMPUTE).await;
     e.add_vm("steady", false, "Always", COMPUTE).await;
     // Pinned to the digest `:dev` points to.
@@ -195,19 +202,7 @@ async fn wait_resolved_reason(e: &Env, vm_name: &str, reason: &str, text: &str) 
 #[ignore = "needs a control plane: run scripts/test"]
 async fn a_registry_that_stops_answering_never_touches_running_pods() {
     let e = env("digest-down").await;
-    let mut registry = TestRegistry::start(&e.ns).await;
-    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
-    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
-    let _op = Operator::start(
-        &[&e.ns],
-        Options {
-            tag_poll_interval: Duration::from_secs(1),
-            insecure_registries: vec![registry.host()],
-            ..Options::default()
-        },
-    )
-    .await;
-    e.add_mapping("constant", follow_rule(&tag)).await;
+    let (mut registry, tag, first, _op) = following(&e, Duration::from_secs(1)).await;
     e.add_vm("live", true, "Always", COMPUTE).await;
     let before = wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
     let never_two = NeverTwoLivePods::watch(&e);
@@ -353,20 +348,8 @@ async fn a_thousand_vms_following_one_tag_cost_one_check_per_interval() {
     use futures::StreamExt;
     const VMS: usize = 1000;
     let e = env("digest-many").await;
-    let registry = TestRegistry::start(&e.ns).await;
-    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
-    let digest = registry.push("vm-compute-node-v17", "dev", "build 1");
     let interval = Duration::from_secs(1);
-    let op = Operator::start(
-        &[&e.ns],
-        Options {
-            tag_poll_interval: interval,
-            insecure_registries: vec![registry.host()],
-            ..Options::default()
-        },
-    )
-    .await;
-    e.add_mapping("constant", follow_rule(&tag)).await;
+    let (_registry, _tag, digest, op) = following(&e, interval).await;
     futures::stream::iter(0..VMS)
         .for_each_concurrent(32, |i| {
             let e = &e;
