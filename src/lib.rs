@@ -13,6 +13,7 @@ pub mod manifests;
 pub mod mapping_status;
 pub mod operator;
 pub mod reference;
+pub mod registry_credentials;
 pub mod registry_push;
 pub mod rule_change;
 pub mod rules;

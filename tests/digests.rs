@@ -10,8 +10,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use imagemap::operator::Options;
+use imagemap::operator::{Options, SecretName};
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
+use kube::api::PostParams;
 use kube::runtime::watcher;
 use serde_json::json;
 use support::registry::TestRegistry;
@@ -386,4 +388,109 @@ async fn a_thousand_vms_following_one_tag_cost_one_check_per_interval() {
         f64::from(u32::try_from(made).unwrap()) <= intervals + 1.0,
         "{made} checks in {intervals:.1} intervals"
     );
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret named `name` holding `password` for the
+/// private registry's user.
+fn credentials_secret(name: &str, host: &str, password: &str) -> Secret {
+    use support::registry::{PRIVATE_USER, docker_config};
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": docker_config(host, PRIVATE_USER, password)},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes_effect_at_once() {
+    use support::registry::PRIVATE_PASSWORD;
+    let e = env("digest-private").await;
+    let registry = TestRegistry::start_private(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let secret_name = "registry-credentials";
+    // Checked every 5 minutes: only a change of the Secret makes the operator ask again
+    // within this test.
+    let _op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: Duration::from_mins(5),
+            insecure_registries: vec![registry.host()],
+            registry_credentials: Some(SecretName {
+                namespace: e.ns.clone(),
+                name: secret_name.into(),
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    e.add_mapping("constant", follow_rule(&tag)).await;
+    e.add_vm("live", true, "Always", COMPUTE).await;
+
+    // No Secret yet: refused, and the VM says why; its pod runs the unpinned tag.
+    wait_resolved_reason(
+        &e,
+        "live",
+        "DigestUnverified",
+        &format!("Secret {}/{secret_name} does not exist", e.ns),
+    )
+    .await;
+    wait_single_pod(&e, "live", &tag).await;
+
+    // A wrong password: refused, and the VM says who asked, from which entry.
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(e.client.clone(), &e.ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &credentials_secret(secret_name, &registry.host(), "wrong"),
+        )
+        .await
+        .unwrap();
+    wait_resolved_reason(
+        &e,
+        "live",
+        "DigestUnverified",
+        &format!(
+            "asked as user puller from entry \"{}\" of Secret {}/{secret_name}",
+            registry.host(),
+            e.ns
+        ),
+    )
+    .await;
+
+    // Fixed: pinned at once, not at the next poll.
+    let fixed = Instant::now();
+    secrets
+        .replace(
+            secret_name,
+            &PostParams::default(),
+            &credentials_secret(secret_name, &registry.host(), PRIVATE_PASSWORD),
+        )
+        .await
+        .unwrap();
+    wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
+    let pinned = fixed.elapsed();
+    wait_resolved_reason(&e, "live", "Resolved", "").await;
+    println!("credentials fixed → pod pinned to the private registry's digest: {pinned:.2?}");
+    assert!(pinned < Duration::from_secs(30), "{pinned:?}");
+
+    // An entry the operator cannot use: a Warning Event on the Secret says why.
+    secrets
+        .replace(
+            secret_name,
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": secret_name},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": "{\"auths\": {\"x\": {\"identitytoken\": \"t\"}}}"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_event(&e, secret_name, "RegistryCredentialsUnusable").await;
 }

@@ -12,16 +12,17 @@ use std::process::Command;
 use std::time::Duration;
 
 use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use imagemap::operator::{LeaderElection, LeaseTiming};
+use imagemap::operator::{LeaderElection, LeaseTiming, Options, SecretName};
 use imagemap::runner_pod::VM_LABEL;
 use imagemap::runner_pod::pod_images;
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
 };
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::registry::{PRIVATE_PASSWORD, PRIVATE_USER, TestRegistry, docker_config};
 use support::*;
 
 const SYSTEM_NS: &str = "imagemap-system";
@@ -125,11 +126,62 @@ async fn config_for(service_account: &str) -> kube::Config {
     config
 }
 
+/// A private registry holding `acme/private:dev`, and the registry credentials Secret the
+/// shipped Deployment names, holding its password.
+struct Private {
+    registry: TestRegistry,
+    tag: String,
+    digest: String,
+}
+
+const CREDENTIALS_SECRET: &str = "imagemap-registry-credentials";
+
+impl Private {
+    async fn start(admin: &Client) -> Private {
+        let registry = TestRegistry::start_private("rbac").await;
+        let digest = registry.push("acme/private", "dev", "private build");
+        let tag = format!("{}/acme/private:dev", registry.host());
+        let secret: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": CREDENTIALS_SECRET, "namespace": SYSTEM_NS},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": docker_config(&registry.host(), PRIVATE_USER, PRIVATE_PASSWORD)},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(admin.clone(), SYSTEM_NS)
+            .patch(
+                CREDENTIALS_SECRET,
+                &PatchParams::apply("rbac-test").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .unwrap();
+        Private {
+            registry,
+            tag,
+            digest,
+        }
+    }
+
+    /// The operator's options for following tags there.
+    fn options(&self) -> Options {
+        Options {
+            insecure_registries: vec![self.registry.host()],
+            registry_credentials: Some(SecretName {
+                namespace: SYSTEM_NS.into(),
+                name: CREDENTIALS_SECRET.into(),
+            }),
+            ..Options::default()
+        }
+    }
+}
+
 /// The main scenario, as the operator's ServiceAccount. `Err` names the first step that
 /// did not happen within `limit`.
 async fn scenario(
     admin: &Client,
     config: kube::Config,
+    private: &Private,
     lease: &str,
     limit: Duration,
 ) -> Result<(), String> {
@@ -151,6 +203,7 @@ async fn scenario(
             identity: format!("{lease}-0"),
             timing: LeaseTiming::for_duration(Duration::from_secs(10)),
         },
+        private.options(),
     );
     let cluster_name = format!("{ns}-mirror");
     let cluster = |to: &str| -> ClusterImageMapping {
@@ -169,7 +222,8 @@ async fn scenario(
         .unwrap();
     let mapping: ImageMapping = serde_json::from_value(json!({
         "apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping", "metadata": {"name": "local"},
-        "spec": {"rules": [{"match": {"repository": "busybox"}, "to": "x.io/busybox"}]}
+        "spec": {"rules": [{"match": {"repository": "busybox"}, "to": "x.io/busybox"},
+                           {"match": {"repository": "acme/private"}, "to": private.tag, "followTag": true}]}
     }))
     .unwrap();
     let mappings: Api<ImageMapping> = Api::namespaced(admin.clone(), &ns);
@@ -184,6 +238,14 @@ async fn scenario(
     .unwrap();
     let vms: Api<VirtualMachine> = Api::namespaced(admin.clone(), &ns);
     vms.create(&PostParams::default(), &vm).await.unwrap();
+    let private_vm: VirtualMachine = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine", "metadata": {"name": "private"},
+        "spec": {"guest": {"rootDisk": {"image": "acme/private:latest"}}}
+    }))
+    .unwrap();
+    vms.create(&PostParams::default(), &private_vm)
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
 
@@ -215,6 +277,12 @@ async fn scenario(
     wait!("a pod with the mapped image", {
         let p = pods.list(&list).await.unwrap().items;
         p.len() == 1 && pod_disk(&p).as_deref() == Some("mirror.io/neon/vm-compute-node-v17:latest")
+    });
+    let private_list = ListParams::default().labels(&format!("{VM_LABEL}=private"));
+    let pinned = format!("{}@{}", private.tag, private.digest);
+    wait!("a pod pinned to the digest the private registry holds", {
+        let p = pods.list(&private_list).await.unwrap().items;
+        p.len() == 1 && pod_disk(&p).as_deref() == Some(pinned.as_str())
     });
     wait!("VM status naming the ClusterImageMapping", {
         let v = vms.get("vm").await.unwrap();
@@ -368,10 +436,17 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
     let run_id = std::process::id();
 
     // The shipped ServiceAccount itself.
+    let private = Private::start(&admin).await;
     let config = config_for("imagemap").await;
-    scenario(&admin, config, &format!("rbac-shipped-{run_id}"), WAIT)
-        .await
-        .expect("the shipped RBAC is enough");
+    scenario(
+        &admin,
+        config,
+        &private,
+        &format!("rbac-shipped-{run_id}"),
+        WAIT,
+    )
+    .await
+    .expect("the shipped RBAC is enough");
 
     let text = std::fs::read_to_string(repo("deploy/operator-rbac.yaml")).unwrap();
     let rules: Vec<_> = documents::<ClusterRole>(&text, "ClusterRole")[0]
@@ -396,6 +471,7 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
         let result = scenario(
             &admin,
             config,
+            &private,
             &format!("rbac-minus-{i}-{run_id}"),
             Duration::from_secs(15),
         )

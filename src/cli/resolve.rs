@@ -122,7 +122,8 @@ fn ask_registries(references: &BTreeSet<String>, insecure: &[String]) -> Digests
         }
     };
     runtime.block_on(async {
-        let registries = crate::operator::registry::Registries::new(insecure);
+        use crate::operator::registry::{CredentialSource, Registries};
+        let registries = Registries::new(insecure, CredentialSource::Anonymous);
         let mut out = Digests::new();
         for reference in references {
             out.insert(reference.clone(), registries.digest(reference).await);

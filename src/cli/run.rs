@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::api_requests::ApiRequests;
 use crate::operator::{
     self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
-    health,
+    SecretName, health,
 };
 use crate::vm_images;
 
@@ -47,13 +47,21 @@ pub struct RunArgs {
     /// `--registry-notifications-token-file`).
     #[arg(long, default_value = "0.0.0.0:8081")]
     pub registry_notifications_addr: String,
+    /// A `kubernetes.io/dockerconfigjson` Secret in the operator's namespace
+    /// (`POD_NAMESPACE`, else the namespace of its credentials) whose entries digest checks
+    /// use (`kubectl create secret docker-registry`). It is watched: a change takes effect
+    /// at once. Registries it has no entry for, or all when it does not exist, are asked
+    /// anonymously.
+    #[arg(long, value_name = "NAME")]
+    pub registry_credentials_secret: Option<String>,
     /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
     /// Run only while holding a Lease, so that several replicas have one active operator.
     #[arg(long)]
     pub leader_elect: bool,
-    /// Namespace of the Lease. Default: `POD_NAMESPACE`, else `default`.
+    /// Namespace of the Lease. Default: the operator's namespace (`POD_NAMESPACE`, else the
+    /// namespace of its credentials).
     #[arg(long)]
     pub lease_namespace: Option<String>,
     /// Name of the Lease.
@@ -97,7 +105,8 @@ pub fn init_logging(format: LogFormat) {
 }
 
 impl RunArgs {
-    pub fn options(&self) -> anyhow::Result<Options> {
+    /// The operator's settings; `own_namespace` is the namespace it runs in.
+    pub fn options(&self, own_namespace: &str) -> anyhow::Result<Options> {
         let registry_notifications = match &self.registry_notifications_token_file {
             None => None,
             Some(path) => {
@@ -130,6 +139,12 @@ impl RunArgs {
             tag_poll_interval: self.tag_poll_interval,
             insecure_registries: self.insecure_registries.clone(),
             registry_notifications,
+            registry_credentials: self.registry_credentials_secret.as_ref().map(|name| {
+                SecretName {
+                    namespace: own_namespace.to_string(),
+                    name: name.clone(),
+                }
+            }),
         })
     }
 }
@@ -140,10 +155,12 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer().await.map_err(|e| {
         anyhow::anyhow!("no Kubernetes credentials (in-cluster or KUBECONFIG): {e}")
     })?;
+    let own_namespace = operator_namespace(&config.default_namespace);
+    let options = args.options(&own_namespace)?;
     if !args.leader_elect {
         let (client, requests) = crate::api_requests::client_with_counter(config)?;
         let observers = observe(args, requests).await?;
-        return operator::run_with(client, args.options()?, observers, shutdown_signal()).await;
+        return operator::run_with(client, options, observers, shutdown_signal()).await;
     }
     // Under leader election, the operator's writes pass only while its hold on the Lease
     // lasts.
@@ -151,23 +168,18 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let observers = observe(args, clients.requests.clone()).await?;
     let election = LeaderElection {
         lease_name: args.lease_name.clone(),
-        namespace: args
-            .lease_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into()),
+        namespace: args.lease_namespace.clone().unwrap_or(own_namespace),
         identity: std::env::var("POD_NAME")
             .unwrap_or_else(|_| format!("imagemap-{}", std::process::id())),
         timing: LeaseTiming::for_duration(Duration::from_secs(args.lease_duration_seconds)),
     };
-    operator::run_elected(
-        clients,
-        args.options()?,
-        observers,
-        election,
-        shutdown_signal(),
-    )
-    .await
+    operator::run_elected(clients, options, observers, election, shutdown_signal()).await
+}
+
+/// The namespace the operator runs in: `POD_NAMESPACE` (the Deployment sets it), else
+/// `credentials_namespace` (in a pod, its ServiceAccount's; else the kubeconfig's).
+fn operator_namespace(credentials_namespace: &str) -> String {
+    std::env::var("POD_NAMESPACE").unwrap_or_else(|_| credentials_namespace.to_string())
 }
 
 /// The observers of a run over `requests`, served on `--health-addr`.

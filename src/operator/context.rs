@@ -13,7 +13,7 @@ use super::health::Health;
 use super::metrics::Metrics;
 use super::pod_expectations::PodExpectations;
 use super::recreation_budget::RecreationBudget;
-use super::registry::Registries;
+use super::registry::{CredentialSource, Registries};
 use super::rule_index::{RuleChange, RuleIndex};
 use super::status_memory::StatusMemory;
 use super::{Options, Progress};
@@ -76,7 +76,15 @@ impl Context {
             recorder,
             client,
             budget: RecreationBudget::new(options.max_recreates_per_minute),
-            registries: Registries::new(&options.insecure_registries),
+            registries: Registries::new(
+                &options.insecure_registries,
+                options
+                    .registry_credentials
+                    .as_ref()
+                    .map_or(CredentialSource::NotConfigured, |s| {
+                        CredentialSource::Pending(s.to_string())
+                    }),
+            ),
             followed: FollowedTags::default(),
             options,
             caches,

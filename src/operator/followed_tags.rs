@@ -148,7 +148,7 @@ impl FollowedTags {
     /// Records a check of `reference` made at `now`; the next is due after `interval`
     /// (doubled per failure in a row, to at most five minutes). Returns the VMs to
     /// reconcile: all its users when what they report changed (a new digest, the first
-    /// answer, an error appearing or clearing).
+    /// answer, an error appearing, changing or clearing).
     pub fn checked(
         &self,
         reference: &str,
@@ -160,7 +160,7 @@ impl FollowedTags {
         let Some(state) = inner.tags.get_mut(reference) else {
             return Vec::new();
         };
-        let before = (state.checked, state.digest.clone(), state.error.is_some());
+        let before = (state.checked, state.digest.clone(), state.error.clone());
         match result {
             Ok(digest) => {
                 state.digest = Some(digest);
@@ -176,7 +176,7 @@ impl FollowedTags {
             }
         }
         state.checked = true;
-        let after = (true, state.digest.clone(), state.error.is_some());
+        let after = (true, state.digest.clone(), state.error.clone());
         if before == after {
             Vec::new()
         } else {
@@ -194,6 +194,21 @@ impl FollowedTags {
             }
             None => false,
         }
+    }
+
+    /// Makes every followed reference due at once (the credentials they are checked with
+    /// changed) and wakes the follower; how many there are.
+    pub fn check_all_now(&self, now: Instant) -> usize {
+        let mut inner = self.lock();
+        for state in inner.tags.values_mut() {
+            state.next_check = now;
+        }
+        let n = inner.tags.len();
+        drop(inner);
+        if n > 0 {
+            self.wake.notify_one();
+        }
+        n
     }
 
     /// The digest `reference` pointed to at its last successful check.
@@ -289,9 +304,14 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(tags.due(t0 + S * 3).1, Some(t0 + S * 3 + S * 4));
+        // Another error is news too: the VMs say what is wrong now.
+        assert_eq!(
+            tags.checked(R, Err("denied".into()), t0 + S * 7, S),
+            [vm("a")]
+        );
         // Answering again clears the error, and a move meanwhile is followed.
         assert_eq!(
-            tags.checked(R, Ok("sha256:3".into()), t0 + S * 7, S),
+            tags.checked(R, Ok("sha256:3".into()), t0 + S * 9, S),
             [vm("a")]
         );
     }
@@ -309,5 +329,18 @@ mod tests {
         tags.follow(&vm("b"), Vec::new(), t0);
         assert!(tags.is_empty());
         assert!(!tags.check_now(R, t0));
+    }
+
+    #[test]
+    fn new_credentials_make_every_tag_due_at_once() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        assert_eq!(tags.check_all_now(t0), 0);
+        tags.follow(&vm("a"), vec![R.into(), "local:5000/other:dev".into()], t0);
+        tags.checked(R, Ok("sha256:1".into()), t0, S);
+        tags.checked("local:5000/other:dev", Err("denied".into()), t0, S);
+        assert!(tags.due(t0 + S / 2).0.is_empty());
+        assert_eq!(tags.check_all_now(t0 + S / 2), 2);
+        assert_eq!(tags.due(t0 + S / 2).0.len(), 2);
     }
 }

@@ -14,6 +14,7 @@ mod cached_pod;
 mod caches;
 mod context;
 mod create_failures;
+mod credentials_watcher;
 mod events;
 mod followed_tags;
 pub mod health;
@@ -58,7 +59,9 @@ use kube::{Client, Resource};
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
 pub use leader::{ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected};
-pub use options::{DEFAULT_CONCURRENCY, DEFAULT_TAG_POLL_INTERVAL, Options, RegistryNotifications};
+pub use options::{
+    DEFAULT_CONCURRENCY, DEFAULT_TAG_POLL_INTERVAL, Options, RegistryNotifications, SecretName,
+};
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
 pub use writes::FIELD_MANAGER;
@@ -241,6 +244,12 @@ pub async fn run_with(
         "tag follower",
         tag_follower::run(Arc::clone(&ctx), trigger.clone()),
     );
+    if let Some(secret) = ctx.options.registry_credentials.clone() {
+        tasks.spawn(
+            "registry credentials watcher",
+            credentials_watcher::run(Arc::clone(&ctx), secret),
+        );
+    }
     if let Some(endpoint) = &ctx.options.registry_notifications {
         let listener = tokio::net::TcpListener::bind(&endpoint.addr)
             .await

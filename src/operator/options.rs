@@ -24,6 +24,22 @@ pub struct Options {
     pub insecure_registries: Vec<String>,
     /// Where registries post push notifications, when they do.
     pub registry_notifications: Option<RegistryNotifications>,
+    /// The `kubernetes.io/dockerconfigjson` Secret digest checks take credentials from;
+    /// `None`: registries are asked anonymously.
+    pub registry_credentials: Option<SecretName>,
+}
+
+/// A Secret the operator reads, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for SecretName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
 }
 
 /// The push notification endpoint: its address and the bearer token requests must carry.
@@ -59,6 +75,7 @@ impl Default for Options {
             tag_poll_interval: DEFAULT_TAG_POLL_INTERVAL,
             insecure_registries: Vec::new(),
             registry_notifications: None,
+            registry_credentials: None,
         }
     }
 }

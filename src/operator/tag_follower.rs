@@ -1,6 +1,7 @@
 //! The tag follower: checks each followed reference once per poll interval (jittered; a
 //! failing one backs off), and reconciles the VMs that use it when what they should report
-//! changed — a new digest, the first answer, an error appearing or clearing.
+//! changed — a new digest, the first answer, an error appearing, changing or clearing. It starts once
+//! the registry credentials were read.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +19,9 @@ const CONCURRENT_CHECKS: usize = 8;
 /// Runs until the operator stops.
 pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
     let interval = ctx.options.tag_poll_interval;
+    // Checked without the credentials, a private registry's tags would be reported
+    // unverified until they are read.
+    ctx.registries.loaded().await;
     loop {
         let (due, next) = ctx.followed.due(Instant::now());
         if due.is_empty() {

@@ -168,20 +168,18 @@ impl Operator {
 impl Operator {
     /// Starts an operator acting in all namespaces with `config`'s credentials, running
     /// while it holds the Lease of `election`.
-    pub fn start_as(config: kube::Config, election: operator::LeaderElection) -> Operator {
+    pub fn start_as(
+        config: kube::Config,
+        election: operator::LeaderElection,
+        options: Options,
+    ) -> Operator {
         let clients = operator::ElectedClients::new(config).expect("clients");
         let requests = clients.requests.clone();
         let observers = Observers::new(requests.clone());
         let o = observers.clone();
         let handle = tokio::spawn(async move {
-            let _ = operator::run_elected(
-                clients,
-                Options::default(),
-                o,
-                election,
-                std::future::pending(),
-            )
-            .await;
+            let _ =
+                operator::run_elected(clients, options, o, election, std::future::pending()).await;
         });
         Operator::new(requests, observers, handle)
     }

@@ -11,7 +11,16 @@ pub struct TestRegistry {
     pub port: u16,
     dir: PathBuf,
     child: super::Killed,
+    /// For a private registry: the Docker config `crane` pushes with.
+    docker_config: Option<PathBuf>,
 }
+
+/// The one account of a private test registry.
+pub const PRIVATE_USER: &str = "puller";
+pub const PRIVATE_PASSWORD: &str = "pull-only-test-password";
+/// `PRIVATE_USER:bcrypt(PRIVATE_PASSWORD)`, as the registry's htpasswd file holds it.
+const PRIVATE_HTPASSWD: &str =
+    "puller:$2a$06$j9q9akKSNQ/A853xxQ134e5eM04gK7jM1wH7LZ397SK.O8BFE8IeO";
 
 impl TestRegistry {
     /// Starts a registry and waits until it answers.
@@ -29,11 +38,34 @@ impl TestRegistry {
         Self::start_with(name, &notifications).await
     }
 
+    /// Starts a registry that answers only [`PRIVATE_USER`] (HTTP basic auth, as htpasswd
+    /// configures it).
+    pub async fn start_private(name: &str) -> TestRegistry {
+        let dir = fresh_dir(name);
+        let htpasswd = dir.join("htpasswd");
+        std::fs::write(&htpasswd, format!("{PRIVATE_HTPASSWD}\n")).unwrap();
+        let auth = format!(
+            "auth: {{htpasswd: {{realm: imagemap-test, path: {}}}}}\n",
+            htpasswd.display()
+        );
+        let mut registry = Self::start_in(dir, &auth).await;
+        let config = registry.dir.join("docker");
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::write(
+            config.join("config.json"),
+            docker_config(&registry.host(), PRIVATE_USER, PRIVATE_PASSWORD),
+        )
+        .unwrap();
+        registry.docker_config = Some(config);
+        registry
+    }
+
     async fn start_with(name: &str, extra: &str) -> TestRegistry {
+        Self::start_in(fresh_dir(name), extra).await
+    }
+
+    async fn start_in(dir: PathBuf, extra: &str) -> TestRegistry {
         let port = super::free_port();
-        let dir = std::env::temp_dir().join(format!("registry-{name}-{port}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("data")).unwrap();
         let config = format!(
             "version: 0.1\nlog: {{level: warn}}\n\
              storage: {{filesystem: {{rootdirectory: {}}}, delete: {{enabled: true}}}}\n\
@@ -42,7 +74,12 @@ impl TestRegistry {
         );
         std::fs::write(dir.join("config.yml"), config).unwrap();
         let child = serve(&dir, port).await;
-        TestRegistry { port, dir, child }
+        TestRegistry {
+            port,
+            dir,
+            child,
+            docker_config: None,
+        }
     }
 
     /// Starts the stopped registry again, on the same port with the same images.
@@ -74,7 +111,14 @@ impl TestRegistry {
             .unwrap();
         assert!(made.success(), "tar");
         let reference = format!("{}/{repository}:{tag}", self.host());
-        let pushed = Command::new("crane")
+        let crane = || {
+            let mut c = Command::new("crane");
+            if let Some(config) = &self.docker_config {
+                c.env("DOCKER_CONFIG", config);
+            }
+            c
+        };
+        let pushed = crane()
             .args([
                 "append",
                 "--insecure",
@@ -90,7 +134,7 @@ impl TestRegistry {
             "crane append: {}",
             String::from_utf8_lossy(&pushed.stderr)
         );
-        let digest = Command::new("crane")
+        let digest = crane()
             .args(["digest", "--insecure", &reference])
             .output()
             .unwrap();
@@ -105,6 +149,22 @@ impl TestRegistry {
     }
 }
 
+/// A new, empty directory for a registry's files.
+fn fresh_dir(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("registry-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    dir
+}
+
+/// A Docker config (`config.json`, and a `.dockerconfigjson` Secret's content) with one
+/// entry: `user` and `password` for `host`.
+pub fn docker_config(host: &str, user: &str, password: &str) -> String {
+    serde_json::json!({"auths": {host: {"username": user, "password": password}}}).to_string()
+}
+
 /// Runs `registry serve` on the configuration in `dir` and waits until it answers.
 async fn serve(dir: &std::path::Path, port: u16) -> super::Killed {
     let child = super::Killed(
@@ -116,8 +176,9 @@ async fn serve(dir: &std::path::Path, port: u16) -> super::Killed {
             .expect("registry (built by scripts/control-plane build, on PATH in scripts/test)"),
     );
     let deadline = Instant::now() + super::WAIT;
-    // Polled, as a readiness probe would: the process gives no other sign.
-    while super::http_get(port, "/v2/").map(|r| r.0) != Some(200) {
+    // Polled, as a readiness probe would: the process gives no other sign. A private
+    // registry answers 401.
+    while !matches!(super::http_get(port, "/v2/").map(|r| r.0), Some(200 | 401)) {
         assert!(Instant::now() < deadline, "the registry never answered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
