@@ -494,3 +494,66 @@ async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes
         .unwrap_or_else(|e| panic!("{e}"));
     wait_event(&e, secret_name, "RegistryCredentialsUnusable").await;
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_registry_that_never_answers_holds_up_only_its_own_tags() {
+    let e = env("digest-hole").await;
+    // A "registry" that accepts connections and never says a word.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_host = format!("127.0.0.1:{}", hole.local_addr().unwrap().port());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&accepted);
+    let _hole = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hole.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            held.push(socket);
+        }
+    });
+    let registry = TestRegistry::start(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let interval = Duration::from_secs(1);
+    let _op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: interval,
+            insecure_registries: vec![registry.host(), hole_host.clone()],
+            ..Options::default()
+        },
+    )
+    .await;
+    let rules = json!([
+        {"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": tag, "followTag": true},
+        {"match": {"prefix": "docker.io/acme"}, "to": format!("{hole_host}/acme"), "followTag": true},
+    ]);
+    e.add_mapping("two-registries", rules).await;
+    // Ten tags at the silent registry, each check hanging until its 10 s limit...
+    for i in 0..10 {
+        e.add_vm(
+            &format!("stuck-{i}"),
+            false,
+            "Always",
+            &format!("acme/stuck-{i}:latest"),
+        )
+        .await;
+    }
+    // ...and one at the working registry.
+    let mut live = vm("live", true, "Always", COMPUTE);
+    live.spec.termination_grace_period_seconds = Some(0);
+    e.vms.create(&PostParams::default(), &live).await.unwrap();
+    wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
+
+    let second = registry.push("vm-compute-node-v17", "dev", "build 2");
+    let pushed = Instant::now();
+    wait_single_pod(&e, "live", &format!("{tag}@{second}")).await;
+    let took = pushed.elapsed();
+    let held = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "push to pinned pod, polling every {interval:?}, beside {held} connections to a silent registry: {:.2} s",
+        took.as_secs_f64()
+    );
+    assert!(held > 0, "the operator asked the silent registry");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}

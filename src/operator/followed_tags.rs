@@ -34,6 +34,22 @@ struct TagState {
     error: Option<String>,
     next_check: Instant,
     failures: u32,
+    /// A check is under way.
+    checking: bool,
+    /// Asked for again while a check was under way: due as soon as it ends (what it
+    /// answers may predate the push).
+    again: bool,
+}
+
+impl TagState {
+    /// Due at once: now, or as soon as the check under way ends.
+    fn due_now(&mut self, now: Instant) {
+        if self.checking {
+            self.again = true;
+        } else {
+            self.next_check = now;
+        }
+    }
 }
 
 /// The longest wait after failed checks.
@@ -90,6 +106,8 @@ impl FollowedTags {
                         error: None,
                         next_check: now,
                         failures: 0,
+                        checking: false,
+                        again: false,
                     }
                 });
                 state.users.insert(vm.clone());
@@ -127,21 +145,23 @@ impl FollowedTags {
         }
     }
 
-    /// The references due for a check at `now`, and when the next one is due after them.
-    pub fn due(&self, now: Instant) -> (Vec<String>, Option<Instant>) {
-        let inner = self.lock();
-        let due = inner
-            .tags
-            .iter()
-            .filter(|(_, s)| s.next_check <= now)
-            .map(|(r, _)| r.clone())
-            .collect();
-        let next = inner
-            .tags
-            .values()
-            .map(|s| s.next_check)
-            .filter(|&t| t > now)
-            .min();
+    /// Takes the references due for a check at `now` (each is then under way until
+    /// [`Self::checked`]), and says when the next one not under way is due after them.
+    pub fn take_due(&self, now: Instant) -> (Vec<String>, Option<Instant>) {
+        let mut inner = self.lock();
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (reference, state) in &mut inner.tags {
+            if state.checking {
+                continue;
+            }
+            if state.next_check <= now {
+                state.checking = true;
+                due.push(reference.clone());
+            } else {
+                next = Some(next.map_or(state.next_check, |n| n.min(state.next_check)));
+            }
+        }
         (due, next)
     }
 
@@ -176,6 +196,11 @@ impl FollowedTags {
             }
         }
         state.checked = true;
+        state.checking = false;
+        if std::mem::take(&mut state.again) {
+            state.next_check = now;
+            self.wake.notify_one();
+        }
         let after = (true, state.digest.clone(), state.error.clone());
         if before == after {
             Vec::new()
@@ -184,12 +209,13 @@ impl FollowedTags {
         }
     }
 
-    /// Makes `reference` due at once (a push notification named it); whether it is followed.
+    /// Makes `reference` due at once, or right after the check under way (a push
+    /// notification named it); whether it is followed.
     pub fn check_now(&self, reference: &str, now: Instant) -> bool {
         let mut inner = self.lock();
         match inner.tags.get_mut(reference) {
             Some(state) => {
-                state.next_check = now;
+                state.due_now(now);
                 true
             }
             None => false,
@@ -201,7 +227,7 @@ impl FollowedTags {
     pub fn check_all_now(&self, now: Instant) -> usize {
         let mut inner = self.lock();
         for state in inner.tags.values_mut() {
-            state.next_check = now;
+            state.due_now(now);
         }
         let n = inner.tags.len();
         drop(inner);
@@ -261,12 +287,11 @@ mod tests {
             assert_eq!(lookups, [(R.to_string(), Lookup::Pending)]);
         }
         assert_eq!(tags.len(), 1);
-        assert_eq!(tags.due(t0).0, [R]);
+        assert_eq!(tags.take_due(t0).0, [R]);
         let users = tags.checked(R, Ok("sha256:1".into()), t0, S);
         assert_eq!(users.len(), 1000, "the first answer reaches every user");
-        assert!(tags.due(t0 + S / 2).0.is_empty());
-        assert_eq!(tags.due(t0 + S / 2).1, Some(t0 + S));
-        assert_eq!(tags.due(t0 + S).0, [R]);
+        assert_eq!(tags.take_due(t0 + S / 2), (vec![], Some(t0 + S)));
+        assert_eq!(tags.take_due(t0 + S).0, [R]);
         // The same digest again: nobody to reconcile.
         assert!(tags.checked(R, Ok("sha256:1".into()), t0 + S, S).is_empty());
         // It moved: every user.
@@ -298,12 +323,12 @@ mod tests {
                 error: Some("connection refused".into())
             }
         );
-        assert_eq!(tags.due(t0 + S).1, Some(t0 + S + S * 2));
+        assert_eq!(tags.take_due(t0 + S).1, Some(t0 + S + S * 2));
         assert!(
             tags.checked(R, Err("connection refused".into()), t0 + S * 3, S)
                 .is_empty()
         );
-        assert_eq!(tags.due(t0 + S * 3).1, Some(t0 + S * 3 + S * 4));
+        assert_eq!(tags.take_due(t0 + S * 3).1, Some(t0 + S * 3 + S * 4));
         // Another error is news too: the VMs say what is wrong now.
         assert_eq!(
             tags.checked(R, Err("denied".into()), t0 + S * 7, S),
@@ -339,8 +364,24 @@ mod tests {
         tags.follow(&vm("a"), vec![R.into(), "local:5000/other:dev".into()], t0);
         tags.checked(R, Ok("sha256:1".into()), t0, S);
         tags.checked("local:5000/other:dev", Err("denied".into()), t0, S);
-        assert!(tags.due(t0 + S / 2).0.is_empty());
+        assert!(tags.take_due(t0 + S / 2).0.is_empty());
         assert_eq!(tags.check_all_now(t0 + S / 2), 2);
-        assert_eq!(tags.due(t0 + S / 2).0.len(), 2);
+        assert_eq!(tags.take_due(t0 + S / 2).0.len(), 2);
+    }
+
+    #[test]
+    fn a_tag_under_way_is_not_taken_twice_and_a_push_meanwhile_checks_it_again() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        tags.follow(&vm("a"), vec![R.into()], t0);
+        assert_eq!(tags.take_due(t0).0, [R]);
+        // Under way (a slow registry): not due again, and not counted as next.
+        assert_eq!(tags.take_due(t0 + S * 10), (vec![], None));
+        // A push while it is under way: due as soon as it ends, not an interval later.
+        assert!(tags.check_now(R, t0 + S));
+        tags.checked(R, Ok("sha256:1".into()), t0 + S * 2, S);
+        assert_eq!(tags.take_due(t0 + S * 2).0, [R]);
+        tags.checked(R, Ok("sha256:2".into()), t0 + S * 3, S);
+        assert_eq!(tags.take_due(t0 + S * 3), (vec![], Some(t0 + S * 4)));
     }
 }
