@@ -8,7 +8,6 @@
 //! Faults:
 //! - **stall** the watches whose path contains a pattern: their events are held (not lost)
 //!   until released, as a lagging watch would deliver them;
-//! - **black-hole** everything: nothing is answered and open responses stop, until healed;
 //! - **cut** everything: open connections are dropped and new ones closed at once, until
 //!   healed;
 //! - **expire** the next watch of a path: it is answered "410 Gone", as the API server
@@ -45,14 +44,13 @@ struct Faults {
     /// Bumped by every cut: connections opened before are dropped.
     cuts: u64,
     cut: bool,
-    black_hole: bool,
     stalled: BTreeSet<String>,
     expire_next_watch: BTreeSet<String>,
 }
 
 impl Faults {
     fn holds(&self, path: &str, watch: bool) -> bool {
-        self.black_hole || (watch && self.stalled.iter().any(|p| path.contains(p.as_str())))
+        watch && self.stalled.iter().any(|p| path.contains(p.as_str()))
     }
 }
 
@@ -149,11 +147,6 @@ impl FaultProxy {
         });
     }
 
-    /// Answers nothing and stops every open response.
-    pub fn black_hole(&self) {
-        self.faults.send_modify(|f| f.black_hole = true);
-    }
-
     /// Drops every connection and refuses new ones.
     pub fn cut(&self) {
         self.faults.send_modify(|f| {
@@ -169,11 +162,10 @@ impl FaultProxy {
         });
     }
 
-    /// Ends every stall, black hole and cut; held events flow on.
+    /// Ends every stall and cut; held events flow on.
     pub fn heal(&self) {
         self.faults.send_modify(|f| {
             f.cut = false;
-            f.black_hole = false;
             f.stalled.clear();
         });
     }
@@ -238,8 +230,6 @@ async fn forward(
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
     let mut changes = faults.subscribe();
-    // A black hole answers nothing.
-    let _ = changes.wait_for(|f| !f.black_hole).await;
     if watch {
         let mut expired = false;
         faults.send_if_modified(|f| {
@@ -292,7 +282,7 @@ async fn forward(
     let (mut tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
         while let Some(Ok(frame)) = upstream_body.frame().await {
-            // Held while a stall or black hole covers this response.
+            // Held while a stall covers this response.
             if changes.wait_for(|f| !f.holds(&path, watch)).await.is_err() {
                 return;
             }

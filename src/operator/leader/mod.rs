@@ -134,3 +134,18 @@ pub async fn run_elected(
     let ((), result) = tokio::join!(elector, operator);
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_kubeconfig_proxy_is_refused_not_ignored() {
+        let mut config = Config::new("https://127.0.0.1:6443".parse().expect("a URI"));
+        config.proxy_url = Some("http://proxy.example:3128".parse().expect("a URI"));
+        let Err(e) = ElectedClients::new(config) else {
+            panic!("no proxy support is built in");
+        };
+        assert!(e.to_string().contains("proxy"), "{e}");
+    }
+}
