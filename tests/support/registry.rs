@@ -111,14 +111,8 @@ impl TestRegistry {
             .unwrap();
         assert!(made.success(), "tar");
         let reference = format!("{}/{repository}:{tag}", self.host());
-        let crane = || {
-            let mut c = Command::new("crane");
-            if let Some(config) = &self.docker_config {
-                c.env("DOCKER_CONFIG", config);
-            }
-            c
-        };
-        let pushed = crane()
+        let pushed = self
+            .crane()
             .args([
                 "append",
                 "--insecure",
@@ -134,12 +128,48 @@ impl TestRegistry {
             "crane append: {}",
             String::from_utf8_lossy(&pushed.stderr)
         );
-        let digest = crane()
-            .args(["digest", "--insecure", &reference])
+        self.digest_of(&reference)
+    }
+
+    /// Pushes an image index (a multi-platform image) of `manifests` (digests in
+    /// `repository`) as `repository:tag`; returns the index's own digest.
+    pub fn push_index(&self, repository: &str, tag: &str, manifests: &[&str]) -> String {
+        let reference = format!("{}/{repository}:{tag}", self.host());
+        let mut args = vec!["index".to_string(), "append".into(), "--insecure".into()];
+        for digest in manifests {
+            args.extend([
+                "-m".into(),
+                format!("{}/{repository}@{digest}", self.host()),
+            ]);
+        }
+        args.extend(["-t".into(), reference.clone()]);
+        let pushed = self.crane().args(&args).output().unwrap();
+        assert!(
+            pushed.status.success(),
+            "crane index append: {}",
+            String::from_utf8_lossy(&pushed.stderr)
+        );
+        self.digest_of(&reference)
+    }
+
+    /// The digest `reference` points to, as `crane digest` says.
+    fn digest_of(&self, reference: &str) -> String {
+        let digest = self
+            .crane()
+            .args(["digest", "--insecure", reference])
             .output()
             .unwrap();
         assert!(digest.status.success(), "crane digest");
         String::from_utf8_lossy(&digest.stdout).trim().to_string()
+    }
+
+    /// `crane`, with the private registry's credentials if it has them.
+    fn crane(&self) -> Command {
+        let mut c = Command::new("crane");
+        if let Some(config) = &self.docker_config {
+            c.env("DOCKER_CONFIG", config);
+        }
+        c
     }
 
     /// Stops the registry (until [`Self::restart`]).
