@@ -507,8 +507,10 @@ async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes
 
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
-async fn a_registry_that_never_answers_holds_up_only_its_own_tags() {
+async fn registries_that_never_answer_or_refuse_hold_up_only_their_own_tags() {
     let e = env("digest-hole").await;
+    // A "registry" that refuses every connection: its tag fails at once and backs off.
+    let refused_host = format!("127.0.0.1:{}", free_port());
     // A "registry" that accepts connections and never says a word.
     let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hole_host = format!("127.0.0.1:{}", hole.local_addr().unwrap().port());
@@ -525,11 +527,11 @@ async fn a_registry_that_never_answers_holds_up_only_its_own_tags() {
     let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
     let first = registry.push("vm-compute-node-v17", "dev", "build 1");
     let interval = Duration::from_secs(1);
-    let _op = Operator::start(
+    let op = Operator::start(
         &[&e.ns],
         Options {
             tag_poll_interval: interval,
-            insecure_registries: vec![registry.host(), hole_host.clone()],
+            insecure_registries: vec![registry.host(), hole_host.clone(), refused_host.clone()],
             ..Options::default()
         },
     )
@@ -537,6 +539,7 @@ async fn a_registry_that_never_answers_holds_up_only_its_own_tags() {
     let rules = json!([
         {"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": tag, "followTag": true},
         {"match": {"prefix": "docker.io/acme"}, "to": format!("{hole_host}/acme"), "followTag": true},
+        {"match": {"prefix": "docker.io/refused"}, "to": format!("{refused_host}/refused"), "followTag": true},
     ]);
     e.add_mapping("two-registries", rules).await;
     // Ten tags at the silent registry, each check hanging until its 10 s limit...
@@ -549,11 +552,33 @@ async fn a_registry_that_never_answers_holds_up_only_its_own_tags() {
         )
         .await;
     }
+    // ...one at a registry that refuses connections...
+    e.add_vm("refused", false, "Always", "refused/app:latest")
+        .await;
     // ...and one at the working registry.
     let mut live = vm("live", true, "Always", COMPUTE);
     live.spec.termination_grace_period_seconds = Some(0);
     e.vms.create(&PostParams::default(), &live).await.unwrap();
     wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
+    // The refusing registry's tag has failed three times: its next check is 8 poll
+    // intervals away, and must not set the pace of the others.
+    let deadline = Instant::now() + WAIT;
+    while op.observers.metrics.tag_checks("error") < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the refusing registry was not asked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Meanwhile the working registry's tag is checked once per interval.
+    let (ok, since) = (op.observers.metrics.tag_checks("ok"), Instant::now());
+    while op.observers.metrics.tag_checks("ok") < ok + 3 {
+        assert!(Instant::now() < deadline, "the working tag is not checked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let three = since.elapsed();
+    println!("three checks of the working tag beside the failing ones: {three:.2?}");
+    assert!(three < interval * 5, "{three:?}");
 
     let second = registry.push("vm-compute-node-v17", "dev", "build 2");
     let pushed = Instant::now();
@@ -561,7 +586,7 @@ async fn a_registry_that_never_answers_holds_up_only_its_own_tags() {
     let took = pushed.elapsed();
     let held = accepted.load(std::sync::atomic::Ordering::Relaxed);
     println!(
-        "push to pinned pod, polling every {interval:?}, beside {held} connections to a silent registry: {:.2} s",
+        "push to pinned pod, polling every {interval:?}, beside {held} connections to a silent registry and a refusing one in backoff: {:.2} s",
         took.as_secs_f64()
     );
     assert!(held > 0, "the operator asked the silent registry");

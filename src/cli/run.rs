@@ -209,7 +209,7 @@ async fn observe(args: &RunArgs, requests: ApiRequests) -> anyhow::Result<Observ
     Ok(observers)
 }
 
-/// A poll interval: a number with `ms`, `s` or `m` (bare: seconds), at least 100 ms.
+/// A poll interval: a number with `ms`, `s` or `m` (bare: seconds), from 100 ms to a day.
 fn parse_interval(text: &str) -> Result<Duration, String> {
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit())
@@ -225,6 +225,9 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     };
     if interval < Duration::from_millis(100) {
         return Err(format!("{text:?}: at least 100ms"));
+    }
+    if interval > Duration::from_hours(24) {
+        return Err(format!("{text:?}: at most a day (1440m)"));
     }
     Ok(interval)
 }
@@ -257,6 +260,12 @@ mod tests {
         assert_eq!(parse_interval("2m"), Ok(Duration::from_mins(2)));
         assert!(parse_interval("10ms").unwrap_err().contains("at least"));
         assert!(parse_interval("1h").unwrap_err().contains("unit"));
+        assert!(parse_interval("1441m").unwrap_err().contains("at most"));
+        assert!(
+            parse_interval("99999999999999999m")
+                .unwrap_err()
+                .contains("at most")
+        );
         assert!(parse_interval("s").unwrap_err().contains("number"));
     }
 }

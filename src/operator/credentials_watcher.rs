@@ -30,7 +30,12 @@ pub async fn run(ctx: Arc<Context>, secret: SecretName) {
         .boxed();
     // The Secret as the list in progress found it.
     let mut listing: Option<Secret> = None;
+    // Whether the watch has failed since it last worked: said once, not at every retry.
+    let mut failing = false;
     while let Some(event) = events.next().await {
+        if event.is_ok() {
+            failing = false;
+        }
         let seen = match event {
             Ok(watcher::Event::Init) => {
                 listing = None;
@@ -44,7 +49,11 @@ pub async fn run(ctx: Arc<Context>, secret: SecretName) {
             Ok(watcher::Event::Apply(s)) => Some(s),
             Ok(watcher::Event::Delete(_)) => None,
             Err(e) => {
-                tracing::warn!(%secret, error = %e, "cannot watch the registry credentials");
+                if std::mem::replace(&mut failing, true) {
+                    tracing::debug!(%secret, error = %e, "cannot watch the registry credentials");
+                } else {
+                    tracing::warn!(%secret, error = %e, "cannot watch the registry credentials");
+                }
                 // Until it is read once, tags wait for it; a Secret that cannot be read
                 // must not hold them up for ever.
                 if ctx.registries.source() == CredentialSource::Pending(secret.to_string()) {

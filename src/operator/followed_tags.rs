@@ -186,27 +186,35 @@ impl FollowedTags {
                 state.digest = Some(digest);
                 state.error = None;
                 state.failures = 0;
-                state.next_check = now + interval;
+                state.next_check = later(now, interval);
             }
             Err(error) => {
                 state.error = Some(error);
                 state.failures = state.failures.saturating_add(1);
                 let backoff = interval.saturating_mul(1 << state.failures.min(16));
-                state.next_check = now + backoff.min(MAX_BACKOFF.max(interval));
+                state.next_check = later(now, backoff.min(MAX_BACKOFF.max(interval)));
             }
         }
         state.checked = true;
         state.checking = false;
         if std::mem::take(&mut state.again) {
             state.next_check = now;
-            self.wake.notify_one();
         }
         let after = (true, state.digest.clone(), state.error.clone());
-        if before == after {
+        let users = if before == after {
             Vec::new()
         } else {
             state.users.iter().cloned().collect()
-        }
+        };
+        drop(inner);
+        // The follower left this reference out when it last chose when to wake up.
+        self.wake.notify_one();
+        users
+    }
+
+    /// Whether `reference` is followed (by any VM).
+    pub fn follows(&self, reference: &str) -> bool {
+        self.lock().tags.contains_key(reference)
     }
 
     /// Makes `reference` due at once, or right after the check under way (a push
@@ -254,6 +262,13 @@ impl FollowedTags {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// `now + wait`, or as far as an `Instant` goes.
+fn later(now: Instant, wait: Duration) -> Instant {
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(Duration::from_hours(24 * 365)))
+        .unwrap_or(now)
 }
 
 impl Inner {
@@ -383,5 +398,31 @@ mod tests {
         assert_eq!(tags.take_due(t0 + S * 2).0, [R]);
         tags.checked(R, Ok("sha256:2".into()), t0 + S * 3, S);
         assert_eq!(tags.take_due(t0 + S * 3), (vec![], Some(t0 + S * 4)));
+    }
+
+    #[tokio::test]
+    async fn every_answer_wakes_the_follower() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        tags.follow(&vm("a"), vec![R.into()], t0);
+        tags.wake.notified().await; // the fresh reference
+        tags.take_due(t0);
+        // The same digest as before is no news for the VMs, but the follower must still
+        // count this reference in when it next chooses when to wake up.
+        tags.checked(R, Ok("sha256:1".into()), t0, S);
+        tags.take_due(t0 + S);
+        tags.checked(R, Ok("sha256:1".into()), t0 + S, S);
+        let woken = tokio::time::timeout(Duration::from_secs(1), tags.wake.notified()).await;
+        assert!(woken.is_ok());
+    }
+
+    #[test]
+    fn a_huge_interval_does_not_overflow() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        tags.follow(&vm("a"), vec![R.into()], t0);
+        tags.take_due(t0);
+        tags.checked(R, Err("refused".into()), t0, Duration::MAX);
+        assert!(tags.take_due(t0 + S).0.is_empty());
     }
 }

@@ -9,7 +9,7 @@ pub fn jittered(period: Duration) -> Duration {
     let fifth = u64::try_from((period / 5).as_nanos())
         .unwrap_or(u64::MAX)
         .max(1);
-    period + Duration::from_nanos(random % fifth)
+    period.saturating_add(Duration::from_nanos(random % fifth))
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //!
 //! Each check runs on its own, at most a few at a time per registry: a registry that is slow
 //! or never answers holds up only its own tags, never another registry's (nor a push
-//! notification's check of them).
+//! notification's check of them). A ceiling over all registries bounds the connections
+//! held open; failing tags back off, so silent registries occupy little of it for long.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,12 +15,18 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use kube::runtime::reflector::ObjectRef;
+
 use super::Context;
 use super::jitter::jittered;
 use super::trigger::Trigger;
+use crate::api::VirtualMachine;
 
 /// Most checks under way at one registry.
 const CHECKS_PER_REGISTRY: usize = 4;
+
+/// Most checks under way over all registries.
+const CHECKS_IN_ALL: usize = 64;
 
 /// Runs until the operator stops.
 pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
@@ -28,6 +35,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
     // unverified until they are read.
     ctx.registries.loaded().await;
     let mut limits: HashMap<String, Arc<Semaphore>> = HashMap::new();
+    let all = Arc::new(Semaphore::new(CHECKS_IN_ALL));
     let mut checks = JoinSet::new();
     loop {
         let (due, next) = ctx.followed.take_due(Instant::now());
@@ -35,14 +43,25 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
             let limit = limits
                 .entry(registry_of(&reference).to_string())
                 .or_insert_with(|| Arc::new(Semaphore::new(CHECKS_PER_REGISTRY)));
-            let (limit, ctx, trigger) = (Arc::clone(limit), Arc::clone(&ctx), trigger.clone());
+            let (limit, all) = (Arc::clone(limit), Arc::clone(&all));
+            let (ctx, trigger) = (Arc::clone(&ctx), trigger.clone());
             checks.spawn(async move {
+                let under_way = UnderWay {
+                    ctx: &ctx,
+                    reference: &reference,
+                    answered: false,
+                };
                 // Never closed.
-                let _permit = limit.acquire_owned().await;
-                check(&ctx, &trigger, &reference).await;
+                let _slot = limit.acquire_owned().await;
+                let _ceiling = all.acquire_owned().await;
+                check(under_way, &trigger).await;
             });
         }
-        while checks.try_join_next().is_some() {}
+        while let Some(ended) = checks.try_join_next() {
+            if let Err(e) = ended {
+                tracing::error!(error = %e, "a tag check ended abnormally");
+            }
+        }
         // Registries with no check under way or waiting.
         limits.retain(|_, limit| Arc::strong_count(limit) > 1);
         let wait = next.map_or(interval, |t| t.saturating_duration_since(Instant::now()));
@@ -53,18 +72,46 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
     }
 }
 
-/// Checks `reference` and reconciles its users if what they report changed.
-async fn check(ctx: &Context, trigger: &Trigger, reference: &str) {
+/// A check taken from the followed tags: it is answered, whatever happens to the task
+/// (a reference left under way would never be checked again).
+struct UnderWay<'a> {
+    ctx: &'a Context,
+    reference: &'a str,
+    answered: bool,
+}
+
+impl UnderWay<'_> {
+    fn answer(&mut self, result: Result<String, String>) -> Vec<ObjectRef<VirtualMachine>> {
+        self.answered = true;
+        let interval = self.ctx.options.tag_poll_interval;
+        self.ctx
+            .followed
+            .checked(self.reference, result, Instant::now(), jittered(interval))
+    }
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.answer(Err("the check ended before the registry answered".into()));
+        }
+    }
+}
+
+/// Checks the reference and reconciles its users if what they report changed.
+async fn check(mut under_way: UnderWay<'_>, trigger: &Trigger) {
+    let (ctx, reference) = (under_way.ctx, under_way.reference);
+    // Released while it waited for a slot: nobody needs the answer.
+    if !ctx.followed.follows(reference) {
+        under_way.answered = true;
+        return;
+    }
     let result = ctx.registries.digest(reference).await;
     if let Err(e) = &result {
         tracing::warn!(%reference, error = %e, "could not check a followed tag");
     }
     ctx.observers.metrics.tag_checked(result.is_ok());
-    let interval = ctx.options.tag_poll_interval;
-    let users = ctx
-        .followed
-        .checked(reference, result, Instant::now(), jittered(interval));
-    for vm in users {
+    for vm in under_way.answer(result) {
         trigger.reconcile(vm);
     }
 }
@@ -79,7 +126,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checks_are_limited_per_registry() {
+    fn the_registry_of_a_reference_is_its_first_part() {
         assert_eq!(registry_of("127.0.0.1:5000/app:dev"), "127.0.0.1:5000");
         assert_eq!(registry_of("docker.io/library/nginx:1.27"), "docker.io");
     }
