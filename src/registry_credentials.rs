@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
-use serde::Deserialize;
+use serde_json::Value;
 
 use crate::reference::{DEFAULT_DOMAIN, LEGACY_DEFAULT_DOMAIN};
 
@@ -62,20 +62,37 @@ pub struct RegistryCredentials {
     entries: Vec<Entry>,
 }
 
-#[derive(Deserialize)]
-struct DockerConfig {
-    #[serde(default)]
-    auths: BTreeMap<String, AuthEntry>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
+/// The fields of one entry the operator reads.
+#[derive(Default)]
 struct AuthEntry {
     username: Option<String>,
     password: Option<String>,
     auth: Option<String>,
     identitytoken: Option<String>,
     registrytoken: Option<String>,
+}
+
+impl AuthEntry {
+    /// Reads an entry's fields. What is wrong is said without quoting any value: these
+    /// messages reach logs, Events and VM status.
+    fn read(value: &Value) -> Result<AuthEntry, String> {
+        let Value::Object(fields) = value else {
+            return Err("not an object".into());
+        };
+        let text = |name: &str| match fields.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("{name} is not a string")),
+        };
+        Ok(AuthEntry {
+            username: text("username")?,
+            password: text("password")?,
+            auth: text("auth")?,
+            identitytoken: text("identitytoken")?,
+            registrytoken: text("registrytoken")?,
+        })
+    }
 }
 
 impl RegistryCredentials {
@@ -98,14 +115,26 @@ impl RegistryCredentials {
     }
 
     /// The credentials in a Docker config (`{"auths": {...}}`), and the entries that could
-    /// not be used (each with why).
+    /// not be used (each with why). No message quotes a value of the config.
     pub fn parse(json: &[u8]) -> Result<(RegistryCredentials, Vec<String>), String> {
-        let config: DockerConfig = serde_json::from_slice(json)
-            .map_err(|e| format!("{SECRET_KEY} is not a Docker config: {e}"))?;
+        let config: Value = serde_json::from_slice(json).map_err(|e| {
+            format!(
+                "{SECRET_KEY} is not JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            )
+        })?;
+        let Some(Value::Object(auths)) = config.get("auths") else {
+            return Err(format!(
+                "{SECRET_KEY} has no \"auths\" object (an old .dockercfg? create the Secret \
+                 with `kubectl create secret docker-registry`)"
+            ));
+        };
         let mut entries = Vec::new();
         let mut problems = Vec::new();
-        for (key, auth) in config.auths {
-            match entry(&key, auth) {
+        let sorted: BTreeMap<&String, &Value> = auths.iter().collect();
+        for (key, value) in sorted {
+            match AuthEntry::read(value).and_then(|auth| entry(key, auth)) {
                 Ok(e) => entries.push(e),
                 Err(why) => problems.push(format!("entry {key:?}: {why}")),
             }
@@ -147,28 +176,15 @@ impl Entry {
                     .strip_prefix(&self.path)
                     .is_some_and(|rest| rest.starts_with('/')))
     }
-
-    /// Who the registry is asked as, for messages: `user alice`, or `a registry token`.
-    pub fn identity(&self) -> String {
-        match &self.credential {
-            Credential::Basic { username, .. } => format!("user {username}"),
-            Credential::Token(_) => "a registry token".into(),
-        }
-    }
 }
 
+/// An entry, its credential chosen as the kubelet chooses: `auth` over `username` and
+/// `password`; then a `registrytoken`.
 fn entry(key: &str, auth: AuthEntry) -> Result<Entry, String> {
-    let credential = if let Some(token) = auth.registrytoken.filter(|t| !t.is_empty()) {
-        Credential::Token(token)
-    } else if let (Some(username), Some(password)) = (&auth.username, &auth.password) {
-        Credential::Basic {
-            username: username.clone(),
-            password: password.clone(),
-        }
-    } else if let Some(encoded) = auth.auth.filter(|a| !a.is_empty()) {
+    let credential = if let Some(encoded) = auth.auth {
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
-            .map_err(|e| format!("auth is not base64: {e}"))?;
+            .map_err(|_| "auth is not valid base64".to_string())?;
         let text = String::from_utf8(decoded).map_err(|_| "auth is not UTF-8".to_string())?;
         let (username, password) = text
             .split_once(':')
@@ -177,7 +193,11 @@ fn entry(key: &str, auth: AuthEntry) -> Result<Entry, String> {
             username: username.into(),
             password: password.into(),
         }
-    } else if auth.identitytoken.is_some_and(|t| !t.is_empty()) {
+    } else if let (Some(username), Some(password)) = (auth.username, auth.password) {
+        Credential::Basic { username, password }
+    } else if let Some(token) = auth.registrytoken {
+        Credential::Token(token)
+    } else if auth.identitytoken.is_some() {
         return Err(
             "identitytoken (an OAuth refresh token) is not supported; give a username and \
              password (or an access token as password)"
@@ -193,11 +213,14 @@ fn entry(key: &str, auth: AuthEntry) -> Result<Entry, String> {
         .unwrap_or(&lower);
     let (domain, path) = rest.split_once('/').unwrap_or((rest, ""));
     let path = path.trim_matches('/');
-    let path = if matches!(path, "v1" | "v2") {
-        ""
-    } else {
-        path
-    };
+    // The Docker client's API version is not part of the repository path.
+    let path = ["v1", "v2"]
+        .iter()
+        .find_map(|v| {
+            path.strip_prefix(v)
+                .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+        .map_or(path, |rest| rest.trim_start_matches('/'));
     if domain.is_empty() {
         return Err("the key names no registry".into());
     }
@@ -272,7 +295,8 @@ mod tests {
             r#"{"auths": {
                 "a.example": {"username": "alice", "password": "s3cret"},
                 "b.example": {"auth": "Ym9iOnA6dw=="},
-                "c.example": {"registrytoken": "tok"}
+                "c.example": {"registrytoken": "tok"},
+                "d.example": {"username": "ignored", "password": "x", "auth": "Ym9iOnA6dw=="}
             }}"#,
         );
         assert!(problems.is_empty(), "{problems:?}");
@@ -299,6 +323,14 @@ mod tests {
                     }
                 ),
                 ("c.example", Credential::Token("tok".into())),
+                // As the kubelet: auth over username and password.
+                (
+                    "d.example",
+                    Credential::Basic {
+                        username: "bob".into(),
+                        password: "p:w".into()
+                    }
+                ),
             ]
         );
     }
@@ -311,15 +343,30 @@ mod tests {
                 "oauth.example": {"identitytoken": "refresh"},
                 "bad64.example": {"auth": "%%%"},
                 "nocolon.example": {"auth": "dXNlcg=="},
-                "empty.example": {}
+                "empty.example": {},
+                "typed.example": {"username": "u", "password": 12345},
+                "string.example": "dXNlcjpzM2NyZXQ="
             }}"#,
         );
         assert_eq!(c.entries().len(), 1);
-        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert_eq!(problems.len(), 6, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("password is not a string"))
+        );
+        assert!(problems.iter().any(|p| p.contains("not an object")));
+        // Never a value of the config in a message.
+        for p in &problems {
+            assert!(
+                !p.contains("12345") && !p.contains("dXNl") && !p.contains("%%%"),
+                "{p}"
+            );
+        }
         assert!(problems.iter().any(|p| p.contains("oauth.example")
             && p.contains("identitytoken")
             && p.contains("not supported")));
-        assert!(problems.iter().any(|p| p.contains("not base64")));
+        assert!(problems.iter().any(|p| p.contains("not valid base64")));
         assert!(problems.iter().any(|p| p.contains("user:password")));
         assert!(
             problems
@@ -333,7 +380,13 @@ mod tests {
         assert!(
             RegistryCredentials::parse(b"not json")
                 .unwrap_err()
-                .contains("not a Docker config")
+                .contains("not JSON (line 1, column 2)")
+        );
+        // The old .dockercfg shape (hosts at the top) has no auths.
+        let old = RegistryCredentials::parse(br#"{"r.example": {"auth": "dTpw"}}"#).unwrap_err();
+        assert!(
+            old.contains("no \"auths\"") && !old.contains("dTpw"),
+            "{old}"
         );
         let mut secret = Secret {
             type_: Some("Opaque".into()),
@@ -364,8 +417,14 @@ mod tests {
                 "registry.example": {"username": "plain", "password": "p"},
                 "*.corp.example": {"username": "glob", "password": "p"},
                 "eu.corp.example": {"username": "exact", "password": "p"},
-                "registry.example/team": {"username": "team", "password": "p"}
+                "registry.example/team": {"username": "team", "password": "p"},
+                "https://registry.example/v2/ops/": {"username": "ops", "password": "p"}
             }}"#,
+        );
+        // A /v2/ before a path is the API version, not part of it.
+        assert_eq!(
+            found(&c, "registry.example", "ops/app"),
+            Some("https://registry.example/v2/ops/")
         );
         // Docker Hub by any of its names.
         assert_eq!(

@@ -450,7 +450,7 @@ async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes
     .await;
     wait_single_pod(&e, "live", &tag).await;
 
-    // A wrong password: refused, and the VM says who asked, from which entry.
+    // A wrong password: refused, and the VM says which entry of which Secret was used.
     let secrets: kube::Api<Secret> = kube::Api::namespaced(e.client.clone(), &e.ns);
     secrets
         .create(
@@ -464,7 +464,7 @@ async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes
         "live",
         "DigestUnverified",
         &format!(
-            "asked as user puller from entry \"{}\" of Secret {}/{secret_name}",
+            "asked with entry \"{}\" of Secret {}/{secret_name}",
             registry.host(),
             e.ns
         ),

@@ -360,13 +360,22 @@ async fn service_account(admin: &Client, name: &str) -> Subject {
 async fn account_without(admin: &Client, name: &str, drop_rule: Option<usize>) -> String {
     let text = std::fs::read_to_string(repo("deploy/operator-rbac.yaml")).unwrap();
     let mut cluster_role: ClusterRole = documents(&text, "ClusterRole").remove(0);
-    let mut role: Role = documents(&text, "Role").remove(0);
-    let n_cluster = cluster_role.rules.as_ref().unwrap().len();
-    if let Some(i) = drop_rule {
-        if i < n_cluster {
-            cluster_role.rules.as_mut().unwrap().remove(i);
+    let mut roles: Vec<Role> = documents(&text, "Role");
+    // Rules are numbered over the ClusterRole, then each Role in turn.
+    if let Some(mut i) = drop_rule {
+        let cluster_rules = cluster_role.rules.as_mut().unwrap();
+        if i < cluster_rules.len() {
+            cluster_rules.remove(i);
         } else {
-            role.rules.as_mut().unwrap().remove(i - n_cluster);
+            i -= cluster_rules.len();
+            for role in &mut roles {
+                let role_rules = role.rules.as_mut().unwrap();
+                if i < role_rules.len() {
+                    role_rules.remove(i);
+                    break;
+                }
+                i -= role_rules.len();
+            }
         }
     }
     let meta = |ns: Option<&str>| ObjectMeta {
@@ -396,26 +405,33 @@ async fn account_without(admin: &Client, name: &str, drop_rule: Option<usize>) -
         )
         .await
         .unwrap();
-    role.metadata = meta(Some(SYSTEM_NS));
-    Api::<Role>::namespaced(admin.clone(), SYSTEM_NS)
-        .create(&pp, &role)
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), SYSTEM_NS)
-        .create(
-            &pp,
-            &RoleBinding {
-                metadata: meta(Some(SYSTEM_NS)),
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "Role".into(),
-                    name: name.into(),
+    for (j, mut role) in roles.into_iter().enumerate() {
+        let role_name = format!("{name}-{j}");
+        role.metadata = ObjectMeta {
+            name: Some(role_name.clone()),
+            namespace: Some(SYSTEM_NS.into()),
+            ..Default::default()
+        };
+        Api::<Role>::namespaced(admin.clone(), SYSTEM_NS)
+            .create(&pp, &role)
+            .await
+            .unwrap();
+        Api::<RoleBinding>::namespaced(admin.clone(), SYSTEM_NS)
+            .create(
+                &pp,
+                &RoleBinding {
+                    metadata: role.metadata.clone(),
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "Role".into(),
+                        name: role_name,
+                    },
+                    subjects: Some(vec![subject.clone()]),
                 },
-                subjects: Some(vec![subject]),
-            },
-        )
-        .await
-        .unwrap();
+            )
+            .await
+            .unwrap();
+    }
     name.to_string()
 }
 
@@ -454,7 +470,11 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
         .clone()
         .unwrap()
         .into_iter()
-        .chain(documents::<Role>(&text, "Role")[0].rules.clone().unwrap())
+        .chain(
+            documents::<Role>(&text, "Role")
+                .into_iter()
+                .flat_map(|r| r.rules.unwrap()),
+        )
         .collect();
     // Rules this environment cannot exercise: no OwnerReferencesPermissionEnforcement
     // admission plugin runs here, so nothing needs virtualmachines/finalizers.

@@ -60,8 +60,7 @@ pub struct RunArgs {
     /// Run only while holding a Lease, so that several replicas have one active operator.
     #[arg(long)]
     pub leader_elect: bool,
-    /// Namespace of the Lease. Default: the operator's namespace (`POD_NAMESPACE`, else the
-    /// namespace of its credentials).
+    /// Namespace of the Lease. Default: `POD_NAMESPACE`, else `default`.
     #[arg(long)]
     pub lease_namespace: Option<String>,
     /// Name of the Lease.
@@ -168,7 +167,13 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let observers = observe(args, clients.requests.clone()).await?;
     let election = LeaderElection {
         lease_name: args.lease_name.clone(),
-        namespace: args.lease_namespace.clone().unwrap_or(own_namespace),
+        // Not the credentials' namespace: replicas of an older version, which use `default`,
+        // must agree on the Lease through a rolling upgrade.
+        namespace: args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
         identity: std::env::var("POD_NAME")
             .unwrap_or_else(|_| format!("imagemap-{}", std::process::id())),
         timing: LeaseTiming::for_duration(Duration::from_secs(args.lease_duration_seconds)),

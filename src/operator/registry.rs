@@ -149,8 +149,9 @@ impl Registries {
 }
 
 impl Keyring {
-    /// Who the registry at `domain` was asked as, and where that came from: what a user
-    /// needs to fix a refusal.
+    /// Which credentials the registry at `domain` was asked with, and where they came from:
+    /// what a user needs to fix a refusal (never a user name or a secret: VM status and
+    /// Events show it to tenants).
     fn asked_as(&self, entry: Option<usize>, domain: &str) -> String {
         if let Some(i) = entry {
             let e = &self.credentials.entries()[i];
@@ -158,7 +159,7 @@ impl Keyring {
                 CredentialSource::Secret(s) => format!(" of Secret {s}"),
                 _ => String::new(),
             };
-            return format!("asked as {} from entry {:?}{from}", e.identity(), e.key);
+            return format!("asked with entry {:?}{from}", e.key);
         }
         match &self.source {
             CredentialSource::Anonymous | CredentialSource::Pending(_) => {
@@ -240,7 +241,7 @@ mod tests {
         let k = keyring(CredentialSource::Secret(secret()));
         assert_eq!(
             k.asked_as(Some(0), "private.example"),
-            r#"asked as user ci from entry "private.example" of Secret imagemap-system/creds"#
+            r#"asked with entry "private.example" of Secret imagemap-system/creds"#
         );
         assert_eq!(
             k.asked_as(None, "other.example"),
