@@ -33,11 +33,7 @@ pub enum Credential {
 impl std::fmt::Debug for Credential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Credential::Basic { username, .. } => f
-                .debug_struct("Basic")
-                .field("username", username)
-                .field("password", &"<redacted>")
-                .finish(),
+            Credential::Basic { .. } => f.write_str("Basic(<redacted>)"),
             Credential::Token(_) => f.write_str("Token(<redacted>)"),
         }
     }
@@ -196,6 +192,10 @@ fn entry(key: &str, auth: AuthEntry) -> Result<Entry, String> {
     } else if let (Some(username), Some(password)) = (auth.username, auth.password) {
         Credential::Basic { username, password }
     } else if let Some(token) = auth.registrytoken {
+        // Sent as a header as it is: a pasted newline would make every request fail.
+        if http::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+            return Err("registrytoken is not a valid HTTP header value (a line break?)".into());
+        }
         Credential::Token(token)
     } else if auth.identitytoken.is_some() {
         return Err(
@@ -345,11 +345,18 @@ mod tests {
                 "nocolon.example": {"auth": "dXNlcg=="},
                 "empty.example": {},
                 "typed.example": {"username": "u", "password": 12345},
+                "newline.example": {"registrytoken": "t0ken\n"},
                 "string.example": "dXNlcjpzM2NyZXQ="
             }}"#,
         );
         assert_eq!(c.entries().len(), 1);
-        assert_eq!(problems.len(), 6, "{problems:?}");
+        assert_eq!(problems.len(), 7, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("newline.example")
+                    && p.contains("not a valid HTTP header value"))
+        );
         assert!(
             problems
                 .iter()
@@ -359,7 +366,10 @@ mod tests {
         // Never a value of the config in a message.
         for p in &problems {
             assert!(
-                !p.contains("12345") && !p.contains("dXNl") && !p.contains("%%%"),
+                !p.contains("12345")
+                    && !p.contains("dXNl")
+                    && !p.contains("%%%")
+                    && !p.contains("t0ken"),
                 "{p}"
             );
         }
@@ -471,7 +481,7 @@ mod tests {
                           "b.example": {"registrytoken": "t0ken"}}}"#,
         );
         let shown = format!("{c:?}");
-        assert!(shown.contains("alice"));
-        assert!(!shown.contains("s3cret") && !shown.contains("t0ken"));
+        assert!(shown.contains("a.example") && shown.contains("Basic"));
+        assert!(!shown.contains("alice") && !shown.contains("s3cret") && !shown.contains("t0ken"));
     }
 }

@@ -167,8 +167,8 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let observers = observe(args, clients.requests.clone()).await?;
     let election = LeaderElection {
         lease_name: args.lease_name.clone(),
-        // Not the credentials' namespace: replicas of an older version, which use `default`,
-        // must agree on the Lease through a rolling upgrade.
+        // Not the credentials' namespace: through a rolling upgrade, replicas of an older
+        // version (POD_NAMESPACE, else `default`) must agree on the Lease.
         namespace: args
             .lease_namespace
             .clone()

@@ -67,6 +67,9 @@ pub struct FollowedTags {
 struct Inner {
     by_vm: HashMap<ObjectRef<VirtualMachine>, Vec<String>>,
     tags: HashMap<String, TagState>,
+    /// When the follower means to look again (`None`: after a full interval, or it is
+    /// looking now): an answer due earlier wakes it, a later one need not.
+    wake_at: Option<Instant>,
 }
 
 impl FollowedTags {
@@ -162,6 +165,7 @@ impl FollowedTags {
                 next = Some(next.map_or(state.next_check, |n| n.min(state.next_check)));
             }
         }
+        inner.wake_at = next;
         (due, next)
     }
 
@@ -206,9 +210,17 @@ impl FollowedTags {
         } else {
             state.users.iter().cloned().collect()
         };
+        // The follower left this reference out when it last chose when to wake up: wake it
+        // if it is due before then.
+        let next_check = state.next_check;
+        let wake = inner.wake_at.is_none_or(|at| next_check < at);
+        if wake {
+            inner.wake_at = Some(next_check);
+        }
         drop(inner);
-        // The follower left this reference out when it last chose when to wake up.
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
         users
     }
 
@@ -400,20 +412,33 @@ mod tests {
         assert_eq!(tags.take_due(t0 + S * 3), (vec![], Some(t0 + S * 4)));
     }
 
+    async fn woken(tags: &FollowedTags) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), tags.wake.notified())
+            .await
+            .is_ok()
+    }
+
     #[tokio::test]
-    async fn every_answer_wakes_the_follower() {
+    async fn an_answer_wakes_the_follower_if_due_before_it_looks_again() {
+        const O: &str = "local:5000/other:dev";
         let tags = FollowedTags::default();
         let t0 = Instant::now();
-        tags.follow(&vm("a"), vec![R.into()], t0);
-        tags.wake.notified().await; // the fresh reference
+        tags.follow(&vm("a"), vec![R.into(), O.into()], t0);
+        assert!(woken(&tags).await, "fresh references");
         tags.take_due(t0);
-        // The same digest as before is no news for the VMs, but the follower must still
-        // count this reference in when it next chooses when to wake up.
-        tags.checked(R, Ok("sha256:1".into()), t0, S);
-        tags.take_due(t0 + S);
-        tags.checked(R, Ok("sha256:1".into()), t0 + S, S);
-        let woken = tokio::time::timeout(Duration::from_secs(1), tags.wake.notified()).await;
-        assert!(woken.is_ok());
+        // Nothing else planned: the first answer wakes the follower...
+        tags.checked(O, Ok("sha256:1".into()), t0, S);
+        assert!(woken(&tags).await);
+        // ...one due after what it now plans for does not...
+        tags.checked(R, Ok("sha256:1".into()), t0, S * 10);
+        assert!(!woken(&tags).await);
+        // ...and one due before it does.
+        assert_eq!(
+            tags.take_due(t0 + S),
+            (vec![O.to_string()], Some(t0 + S * 10))
+        );
+        tags.checked(O, Ok("sha256:1".into()), t0 + S, S);
+        assert!(woken(&tags).await);
     }
 
     #[test]

@@ -15,12 +15,9 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use kube::runtime::reflector::ObjectRef;
-
 use super::Context;
 use super::jitter::jittered;
 use super::trigger::Trigger;
-use crate::api::VirtualMachine;
 
 /// Most checks under way at one registry.
 const CHECKS_PER_REGISTRY: usize = 4;
@@ -48,13 +45,14 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
             checks.spawn(async move {
                 let under_way = UnderWay {
                     ctx: &ctx,
+                    trigger: &trigger,
                     reference: &reference,
                     answered: false,
                 };
                 // Never closed.
                 let _slot = limit.acquire_owned().await;
                 let _ceiling = all.acquire_owned().await;
-                check(under_way, &trigger).await;
+                check(under_way).await;
             });
         }
         while let Some(ended) = checks.try_join_next() {
@@ -76,17 +74,24 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
 /// (a reference left under way would never be checked again).
 struct UnderWay<'a> {
     ctx: &'a Context,
+    trigger: &'a Trigger,
     reference: &'a str,
     answered: bool,
 }
 
 impl UnderWay<'_> {
-    fn answer(&mut self, result: Result<String, String>) -> Vec<ObjectRef<VirtualMachine>> {
+    /// Records the answer and reconciles the VMs whose report it changes (a first answer
+    /// lets the pods that waited for it be created).
+    fn answer(&mut self, result: Result<String, String>) {
         self.answered = true;
         let interval = self.ctx.options.tag_poll_interval;
-        self.ctx
-            .followed
-            .checked(self.reference, result, Instant::now(), jittered(interval))
+        let users =
+            self.ctx
+                .followed
+                .checked(self.reference, result, Instant::now(), jittered(interval));
+        for vm in users {
+            self.trigger.reconcile(vm);
+        }
     }
 }
 
@@ -99,7 +104,7 @@ impl Drop for UnderWay<'_> {
 }
 
 /// Checks the reference and reconciles its users if what they report changed.
-async fn check(mut under_way: UnderWay<'_>, trigger: &Trigger) {
+async fn check(mut under_way: UnderWay<'_>) {
     let (ctx, reference) = (under_way.ctx, under_way.reference);
     // Released while it waited for a slot: nobody needs the answer.
     if !ctx.followed.follows(reference) {
@@ -111,9 +116,7 @@ async fn check(mut under_way: UnderWay<'_>, trigger: &Trigger) {
         tracing::warn!(%reference, error = %e, "could not check a followed tag");
     }
     ctx.observers.metrics.tag_checked(result.is_ok());
-    for vm in under_way.answer(result) {
-        trigger.reconcile(vm);
-    }
+    under_way.answer(result);
 }
 
 /// The registry (`host[:port]`) of a normalized reference.
