@@ -592,3 +592,62 @@ async fn registries_that_never_answer_or_refuse_hold_up_only_their_own_tags() {
     assert!(held > 0, "the operator asked the silent registry");
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_registry_token_service_is_asked_with_the_credentials_secret() {
+    use support::registry::{PRIVATE_PASSWORD, TokenService};
+    let e = env("digest-token").await;
+    let tokens = TokenService::start();
+    let registry = TestRegistry::start_with_token_service(&e.ns, &tokens).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let pushed_with = tokens.issued.lock().unwrap().len();
+    // The Secret exists before the operator starts: its first check already uses it.
+    let secret_name = "registry-credentials";
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(e.client.clone(), &e.ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &credentials_secret(secret_name, &registry.host(), PRIVATE_PASSWORD),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: Duration::from_mins(5),
+            insecure_registries: vec![registry.host()],
+            registry_credentials: Some(SecretName {
+                namespace: e.ns.clone(),
+                name: secret_name.into(),
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    e.add_mapping("constant", follow_rule(&tag)).await;
+    e.add_vm("live", true, "Always", COMPUTE).await;
+    wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;
+    wait_resolved_reason(&e, "live", "Resolved", "").await;
+
+    // The registry sent the operator to the token service, which issued it a pull token
+    // for the Secret's credentials; no check went without one.
+    let scopes = tokens.issued.lock().unwrap()[pushed_with..].to_vec();
+    println!("tokens issued to the operator, by scope: {scopes:?}");
+    assert!(!scopes.is_empty(), "the operator asked for no token");
+    for scope in &scopes {
+        assert!(
+            scope.contains("vm-compute-node-v17")
+                && scope.contains("pull")
+                && !scope.contains("push"),
+            "{scope}"
+        );
+    }
+    assert_eq!(op.observers.metrics.tag_checks("error"), 0);
+    assert_eq!(
+        tokens.refused.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no token request without the credentials"
+    );
+}

@@ -49,15 +49,33 @@ impl TestRegistry {
             htpasswd.display()
         );
         let mut registry = Self::start_in(dir, &auth).await;
-        let config = registry.dir.join("docker");
+        registry.use_private_credentials();
+        registry
+    }
+
+    /// Starts a registry that answers only requests with a token, sending clients to
+    /// `tokens` for one (the distribution registry's `silly` access controller: any token
+    /// passes, so what is tested is how clients get one).
+    pub async fn start_with_token_service(name: &str, tokens: &TokenService) -> TestRegistry {
+        let auth = format!(
+            "auth: {{silly: {{realm: '{}', service: test-registry}}}}\n",
+            tokens.realm()
+        );
+        let mut registry = Self::start_in(fresh_dir(name), &auth).await;
+        registry.use_private_credentials();
+        registry
+    }
+
+    /// Pushes with [`PRIVATE_USER`]'s credentials from now on.
+    fn use_private_credentials(&mut self) {
+        let config = self.dir.join("docker");
         std::fs::create_dir_all(&config).unwrap();
         std::fs::write(
             config.join("config.json"),
-            docker_config(&registry.host(), PRIVATE_USER, PRIVATE_PASSWORD),
+            docker_config(&self.host(), PRIVATE_USER, PRIVATE_PASSWORD),
         )
         .unwrap();
-        registry.docker_config = Some(config);
-        registry
+        self.docker_config = Some(config);
     }
 
     async fn start_with(name: &str, extra: &str) -> TestRegistry {
@@ -213,4 +231,89 @@ async fn serve(dir: &std::path::Path, port: u16) -> super::Killed {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     child
+}
+
+/// A registry token service, as the distribution token protocol has it: `GET /token?scope=…`
+/// answered with `{"token": …}` to [`PRIVATE_USER`]'s basic credentials, 401 to anyone else.
+/// It runs on a thread of its own: the tests' `crane` pushes block their runtime, and crane
+/// asks it too.
+pub struct TokenService {
+    pub port: u16,
+    /// Tokens issued, and their scopes.
+    pub issued: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Token requests refused (wrong or no credentials).
+    pub refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl TokenService {
+    pub fn start() -> TokenService {
+        use base64::Engine;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let expected = format!(
+            "basic {}",
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("{PRIVATE_USER}:{PRIVATE_PASSWORD}"))
+        );
+        let issued = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (issued_by, refused_by) = (issued.clone(), refused.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (target, authorization) = read_request(&stream);
+                let scope = target
+                    .split_once("scope=")
+                    .map(|(_, rest)| rest.split('&').next().unwrap_or_default().to_string())
+                    .unwrap_or_default();
+                let response = if authorization.eq_ignore_ascii_case(&expected) {
+                    let mut issued = issued_by.lock().unwrap();
+                    issued.push(scope);
+                    let body = format!(r#"{{"token": "t-{}", "expires_in": 300}}"#, issued.len());
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                } else {
+                    refused_by.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        .to_string()
+                };
+                let _ = std::io::Write::write_all(&mut &stream, response.as_bytes());
+            }
+        });
+        TokenService {
+            port,
+            issued,
+            refused,
+        }
+    }
+
+    /// The realm registries send clients to. By name: crane refuses a realm that is a
+    /// loopback or private IP literal (unless it is the registry's own host and port).
+    pub fn realm(&self) -> String {
+        format!("http://localhost:{}/token", self.port)
+    }
+}
+
+/// The request target and `Authorization` header of an HTTP/1.1 request without a body.
+fn read_request(stream: &std::net::TcpStream) -> (String, String) {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(stream);
+    let mut line = String::new();
+    let _ = reader.read_line(&mut line);
+    let target = line.split(' ').nth(1).unwrap_or_default().to_string();
+    let mut authorization = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("authorization")
+        {
+            authorization = value.trim().to_string();
+        }
+    }
+    (target, authorization)
 }
