@@ -107,24 +107,20 @@ impl RegistryCredentials {
             .as_ref()
             .and_then(|d| d.get(SECRET_KEY))
             .ok_or_else(|| format!("it has no {SECRET_KEY} key"))?;
-        Self::parse(&data.0)
+        Self::parse(&data.0).map_err(|e| format!("{SECRET_KEY}: {e}"))
     }
 
     /// The credentials in a Docker config (`{"auths": {...}}`), and the entries that could
     /// not be used (each with why). No message quotes a value of the config.
     pub fn parse(json: &[u8]) -> Result<(RegistryCredentials, Vec<String>), String> {
-        let config: Value = serde_json::from_slice(json).map_err(|e| {
-            format!(
-                "{SECRET_KEY} is not JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            )
-        })?;
+        let config: Value = serde_json::from_slice(json)
+            .map_err(|e| format!("not JSON (line {}, column {})", e.line(), e.column()))?;
         let Some(Value::Object(auths)) = config.get("auths") else {
-            return Err(format!(
-                "{SECRET_KEY} has no \"auths\" object (an old .dockercfg? create the Secret \
-                 with `kubectl create secret docker-registry`)"
-            ));
+            return Err(
+                "no \"auths\" object (an old .dockercfg? `kubectl create secret \
+                 docker-registry` makes one that has it)"
+                    .into(),
+            );
         };
         let mut entries = Vec::new();
         let mut problems = Vec::new();

@@ -349,6 +349,48 @@ async fn resolve_asks_the_registry_only_when_told_and_pins_an_index_by_its_own_d
     assert!(index != digest && index != other);
     let asked = resolve(&["--follow-tags", "--insecure-registries", &host]);
     assert_eq!(asked["images"][0]["resolvedDigest"], index.as_str());
+
+    // A private registry: asked with the entries of a Docker config file.
+    let private = TestRegistry::start_private("resolve-cli-private").await;
+    let private_digest = private.push("vm-compute-node-v17", "dev", "private build");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {{name: m, namespace: dev}}\n\
+             spec: {{rules: [{{match: {{repository: neondatabase/vm-compute-node-v17}}, to: '{}/vm-compute-node-v17:dev', followTag: true}}]}}\n",
+            private.host()
+        ),
+    )
+    .unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        support::registry::docker_config(
+            &private.host(),
+            support::registry::PRIVATE_USER,
+            support::registry::PRIVATE_PASSWORD,
+        ),
+    )
+    .unwrap();
+    let private_host = private.host();
+    let anonymous = resolve(&["--follow-tags", "--insecure-registries", &private_host]);
+    assert!(
+        anonymous["images"][0]["digestError"]
+            .as_str()
+            .is_some_and(|e| e.contains("asked anonymously")),
+        "{anonymous}"
+    );
+    let with_config = resolve(&[
+        "--follow-tags",
+        "--insecure-registries",
+        &private_host,
+        "--registry-config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        with_config["images"][0]["resolvedDigest"],
+        private_digest.as_str()
+    );
 }
 
 #[tokio::test]
@@ -410,18 +452,15 @@ fn credentials_secret(name: &str, host: &str, password: &str) -> Secret {
     .unwrap()
 }
 
-#[tokio::test]
-#[ignore = "needs a control plane: run scripts/test"]
-async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes_effect_at_once() {
-    use support::registry::PRIVATE_PASSWORD;
-    let e = env("digest-private").await;
-    let registry = TestRegistry::start_private(&e.ns).await;
-    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
-    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
-    let secret_name = "registry-credentials";
-    // Checked every 5 minutes: only a change of the Secret makes the operator ask again
-    // within this test.
-    let _op = Operator::start(
+/// An operator that checks `registry` every 5 minutes (so that only a change of the Secret
+/// makes it ask again within a test), with the credentials of Secret `secret_name` in the
+/// test namespace.
+async fn operator_with_credentials(
+    e: &Env,
+    registry: &TestRegistry,
+    secret_name: &str,
+) -> Operator {
+    Operator::start(
         &[&e.ns],
         Options {
             tag_poll_interval: Duration::from_mins(5),
@@ -433,7 +472,19 @@ async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes
             ..Options::default()
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_private_registry_is_asked_with_the_credentials_secret_and_a_fix_takes_effect_at_once() {
+    use support::registry::PRIVATE_PASSWORD;
+    let e = env("digest-private").await;
+    let registry = TestRegistry::start_private(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let secret_name = "registry-credentials";
+    let _op = operator_with_credentials(&e, &registry, secret_name).await;
     e.add_mapping("constant", follow_rule(&tag)).await;
     // No grace period: the old pod goes at once, so the time measured is the operator's.
     let mut live = vm("live", true, "Always", COMPUTE);
@@ -613,19 +664,7 @@ async fn a_registry_token_service_is_asked_with_the_credentials_secret() {
         )
         .await
         .unwrap();
-    let op = Operator::start(
-        &[&e.ns],
-        Options {
-            tag_poll_interval: Duration::from_mins(5),
-            insecure_registries: vec![registry.host()],
-            registry_credentials: Some(SecretName {
-                namespace: e.ns.clone(),
-                name: secret_name.into(),
-            }),
-            ..Options::default()
-        },
-    )
-    .await;
+    let op = operator_with_credentials(&e, &registry, secret_name).await;
     e.add_mapping("constant", follow_rule(&tag)).await;
     e.add_vm("live", true, "Always", COMPUTE).await;
     wait_single_pod(&e, "live", &format!("{tag}@{first}")).await;

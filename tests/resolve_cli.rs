@@ -252,3 +252,52 @@ spec:
     assert_eq!(v["images"][0]["followTag"], true);
     assert_eq!(v["images"][1]["followTag"], false);
 }
+
+#[test]
+fn a_registry_config_is_read_only_with_follow_tags_and_a_bad_one_stops_it() {
+    let (code, _, err) = imagemap(&[
+        "resolve",
+        "--image",
+        "busybox",
+        "--registry-config",
+        "config.json",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--follow-tags"), "{err}");
+
+    let dir = temp_dir("registry-config");
+    let config = dir.join("config.json");
+    std::fs::write(&config, r#"{"auths": {"r.example": {"password": 5}}}"#).unwrap();
+    let config = config.to_str().unwrap();
+    let (code, _, err) = imagemap(&[
+        "resolve",
+        "--image",
+        "busybox",
+        "--follow-tags",
+        "--registry-config",
+        config,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "note: --registry-config {config}: entry \"r.example\": password is not a string"
+        )),
+        "{err}"
+    );
+    std::fs::write(dir.join("config.json"), "{not json").unwrap();
+    let (code, _, err) = imagemap(&[
+        "resolve",
+        "--image",
+        "busybox",
+        "--follow-tags",
+        "--registry-config",
+        config,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "error: --registry-config {config}: not JSON (line 1, column 2)"
+        )),
+        "{err}"
+    );
+}

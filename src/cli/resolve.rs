@@ -3,13 +3,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use crate::manifests::Manifests;
 use crate::reference::Reference;
+use crate::registry_credentials::RegistryCredentials;
 use crate::rules::RuleProblem;
 use crate::rules::{CompileOptions, MappingInput, MappingKey, Mode, Requester, RuleRef, RuleSet};
 use crate::vm_images::SlotResolution;
@@ -49,6 +50,10 @@ pub struct ResolveArgs {
     /// Registries (`host[:port]`) to ask over plain HTTP with --follow-tags.
     #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
     pub insecure_registries: Vec<String>,
+    /// A Docker config (`{"auths": …}`, as in `~/.docker/config.json` or the operator's
+    /// Secret) whose entries --follow-tags asks registries with. Default: anonymously.
+    #[arg(long, value_name = "FILE", requires = "follow_tags")]
+    pub registry_config: Option<PathBuf>,
 }
 
 /// Exit status: everything resolved.
@@ -75,7 +80,23 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     }
     let mut report = Report::build(&manifests, args);
     if args.follow_tags {
-        let digests = ask_registries(&report.followed(), &args.insecure_registries);
+        let credentials = match &args.registry_config {
+            None => None,
+            Some(path) => match read_registry_config(path) {
+                Ok((credentials, problems)) => {
+                    for problem in problems {
+                        let _ =
+                            writeln!(err, "note: --registry-config {}: {problem}", path.display());
+                    }
+                    Some((path.display().to_string(), credentials))
+                }
+                Err(e) => {
+                    let _ = writeln!(err, "error: --registry-config {}: {e}", path.display());
+                    return EXIT_USAGE;
+                }
+            },
+        };
+        let digests = ask_registries(&report.followed(), &args.insecure_registries, credentials);
         for (reference, result) in &digests {
             if let Err(e) = result {
                 let _ = writeln!(err, "note: {reference}: digest unknown: {e}");
@@ -106,8 +127,19 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
 /// What the registries answered for each followed reference.
 type Digests = BTreeMap<String, Result<String, String>>;
 
-/// Asks the registries for the digest of each of `references`.
-fn ask_registries(references: &BTreeSet<String>, insecure: &[String]) -> Digests {
+/// The credentials in a Docker config file, and the entries that cannot be used.
+fn read_registry_config(path: &Path) -> Result<(RegistryCredentials, Vec<String>), String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    RegistryCredentials::parse(&bytes)
+}
+
+/// Asks the registries for the digest of each of `references`, with `credentials` (read
+/// from the file named) when given.
+fn ask_registries(
+    references: &BTreeSet<String>,
+    insecure: &[String],
+    credentials: Option<(String, RegistryCredentials)>,
+) -> Digests {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -124,6 +156,9 @@ fn ask_registries(references: &BTreeSet<String>, insecure: &[String]) -> Digests
     runtime.block_on(async {
         use crate::operator::registry::{CredentialSource, Registries};
         let registries = Registries::new(insecure, CredentialSource::Anonymous);
+        if let Some((file, credentials)) = credentials {
+            registries.use_credentials(CredentialSource::File(file), credentials);
+        }
         let mut out = Digests::new();
         for reference in references {
             out.insert(reference.clone(), registries.digest(reference).await);

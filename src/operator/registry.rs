@@ -23,6 +23,8 @@ const CHECK_LIMIT: Duration = Duration::from_secs(10);
 pub enum CredentialSource {
     /// None are used (`imagemap resolve`).
     Anonymous,
+    /// A Docker config file (`imagemap resolve --registry-config`).
+    File(String),
     /// The operator was given no Secret to read them from.
     NotConfigured,
     /// The Secret `namespace/name`, not read yet.
@@ -157,6 +159,7 @@ impl Keyring {
             let e = &self.credentials.entries()[i];
             let from = match &self.source {
                 CredentialSource::Secret(s) => format!(" of Secret {s}"),
+                CredentialSource::File(f) => format!(" of {f}"),
                 _ => String::new(),
             };
             return format!("asked with entry {:?}{from}", e.key);
@@ -170,6 +173,9 @@ impl Keyring {
                 .into(),
             CredentialSource::Secret(s) => {
                 format!("asked anonymously: Secret {s} has no entry for {domain}")
+            }
+            CredentialSource::File(f) => {
+                format!("asked anonymously: {f} has no entry for {domain}")
             }
             CredentialSource::Missing(s) => {
                 format!("asked anonymously: Secret {s} does not exist")
