@@ -269,14 +269,17 @@ fn a_registry_config_is_read_only_with_follow_tags_and_a_bad_one_stops_it() {
     let config = dir.join("config.json");
     std::fs::write(&config, r#"{"auths": {"r.example": {"password": 5}}}"#).unwrap();
     let config = config.to_str().unwrap();
-    let (code, _, err) = imagemap(&[
-        "resolve",
-        "--image",
-        "busybox",
-        "--follow-tags",
-        "--registry-config",
-        config,
-    ]);
+    let follow = || {
+        imagemap(&[
+            "resolve",
+            "--image",
+            "busybox",
+            "--follow-tags",
+            "--registry-config",
+            config,
+        ])
+    };
+    let (code, _, err) = follow();
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains(&format!(
@@ -285,14 +288,7 @@ fn a_registry_config_is_read_only_with_follow_tags_and_a_bad_one_stops_it() {
         "{err}"
     );
     std::fs::write(dir.join("config.json"), "{not json").unwrap();
-    let (code, _, err) = imagemap(&[
-        "resolve",
-        "--image",
-        "busybox",
-        "--follow-tags",
-        "--registry-config",
-        config,
-    ]);
+    let (code, _, err) = follow();
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(&format!(
