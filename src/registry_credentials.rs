@@ -115,15 +115,18 @@ impl RegistryCredentials {
     pub fn parse(json: &[u8]) -> Result<(RegistryCredentials, Vec<String>), String> {
         let config: Value = serde_json::from_slice(json)
             .map_err(|e| format!("not JSON (line {}, column {})", e.line(), e.column()))?;
-        let Some(Value::Object(auths)) = config.get("auths") else {
-            return Err(
-                "no \"auths\" object (an old .dockercfg? `kubectl create secret \
-                 docker-registry` makes one that has it)"
-                    .into(),
-            );
-        };
         let mut entries = Vec::new();
         let mut problems = Vec::new();
+        // A config that keeps its credentials in a credsStore has none here: no entries,
+        // said as a problem.
+        let Some(Value::Object(auths)) = config.get("auths") else {
+            problems.push(
+                "no \"auths\" object (an old .dockercfg, or credentials kept in a credsStore? \
+                 `kubectl create secret docker-registry` makes one that has it)"
+                    .into(),
+            );
+            return Ok((RegistryCredentials { entries }, problems));
+        };
         let sorted: BTreeMap<&String, &Value> = auths.iter().collect();
         for (key, value) in sorted {
             match AuthEntry::read(value).and_then(|auth| entry(key, auth)) {
@@ -389,7 +392,10 @@ mod tests {
                 .contains("not JSON (line 1, column 2)")
         );
         // The old .dockercfg shape (hosts at the top) has no auths.
-        let old = RegistryCredentials::parse(br#"{"r.example": {"auth": "dTpw"}}"#).unwrap_err();
+        let (none, problems) =
+            RegistryCredentials::parse(br#"{"r.example": {"auth": "dTpw"}}"#).unwrap();
+        assert!(none.entries().is_empty());
+        let old = problems.join("; ");
         assert!(
             old.contains("no \"auths\"") && !old.contains("dTpw"),
             "{old}"

@@ -169,7 +169,8 @@ impl VmResolution {
         }
     }
 
-    /// The distinct references this VM follows by tag.
+    /// The references this VM follows by tag, one per following slot (a reference two
+    /// slots follow comes twice).
     pub fn followed(&self) -> impl Iterator<Item = &str> {
         self.slots
             .iter()

@@ -211,7 +211,7 @@ impl Report {
     fn pin(&mut self, digests: &Digests) {
         for i in &mut self.images {
             if let (true, Some(Ok(r))) = (i.follow_tag, &i.resolved) {
-                i.digest = digests.get(&r.to_string()).cloned();
+                i.digest = digests.get(r.as_str()).cloned();
             }
         }
         for v in &mut self.vms {

@@ -24,30 +24,18 @@ const UNUSABLE: &str = "RegistryCredentialsUnusable";
 /// Runs until the operator stops.
 pub async fn run(ctx: Arc<Context>, secret: SecretName) {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret.namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", secret.name));
-    let mut events = watcher(api, config)
+    // The Secret as it is, `None` once it is gone or missing from a list.
+    let mut events = watcher::watch_object(api, &secret.name)
         .backoff(WatchBackoff::default())
         .boxed();
-    // The Secret as the list in progress found it.
-    let mut listing: Option<Secret> = None;
     // Whether the watch has failed since it last worked: said once, not at every retry.
     let mut failing = false;
     while let Some(event) = events.next().await {
-        if event.is_ok() {
-            failing = false;
-        }
         let seen = match event {
-            Ok(watcher::Event::Init) => {
-                listing = None;
-                continue;
+            Ok(seen) => {
+                failing = false;
+                seen
             }
-            Ok(watcher::Event::InitApply(s)) => {
-                listing = Some(s);
-                continue;
-            }
-            Ok(watcher::Event::InitDone) => listing.take(),
-            Ok(watcher::Event::Apply(s)) => Some(s),
-            Ok(watcher::Event::Delete(_)) => None,
             Err(e) => {
                 if std::mem::replace(&mut failing, true) {
                     tracing::debug!(%secret, error = %e, "cannot watch the registry credentials");

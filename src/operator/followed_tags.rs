@@ -29,7 +29,7 @@ pub enum Lookup {
 #[derive(Debug)]
 struct TagState {
     users: HashSet<ObjectRef<VirtualMachine>>,
-    checked: bool,
+    /// Both `None`: never answered yet.
     digest: Option<String>,
     error: Option<String>,
     next_check: Instant,
@@ -42,6 +42,11 @@ struct TagState {
 }
 
 impl TagState {
+    /// Whether a check has answered (every answer leaves a digest or an error).
+    fn answered(&self) -> bool {
+        self.digest.is_some() || self.error.is_some()
+    }
+
     /// Due at once: now, or as soon as the check under way ends.
     fn due_now(&mut self, now: Instant) {
         if self.checking {
@@ -86,14 +91,22 @@ impl FollowedTags {
         now: Instant,
     ) -> Vec<(String, Lookup)> {
         let mut inner = self.lock();
-        let before = if references.is_empty() {
-            inner.by_vm.remove(vm)
-        } else {
-            inner.by_vm.insert(vm.clone(), references.clone())
+        // Every reconcile comes here; most VMs follow nothing, and the others the same
+        // references as last time.
+        let unchanged = match inner.by_vm.get(vm) {
+            None => references.is_empty(),
+            Some(before) => *before == references,
         };
-        for gone in before.unwrap_or_default() {
-            if !references.contains(&gone) {
-                inner.release(vm, &gone);
+        if !unchanged {
+            let before = if references.is_empty() {
+                inner.by_vm.remove(vm)
+            } else {
+                inner.by_vm.insert(vm.clone(), references.clone())
+            };
+            for gone in before.unwrap_or_default() {
+                if !references.contains(&gone) {
+                    inner.release(vm, &gone);
+                }
             }
         }
         let mut fresh = false;
@@ -104,7 +117,6 @@ impl FollowedTags {
                     fresh = true;
                     TagState {
                         users: HashSet::new(),
-                        checked: false,
                         digest: None,
                         error: None,
                         next_check: now,
@@ -113,8 +125,10 @@ impl FollowedTags {
                         again: false,
                     }
                 });
-                state.users.insert(vm.clone());
-                let lookup = if state.checked {
+                if !state.users.contains(vm) {
+                    state.users.insert(vm.clone());
+                }
+                let lookup = if state.answered() {
                     Lookup::Known {
                         digest: state.digest.clone(),
                         error: state.error.clone(),
@@ -184,7 +198,7 @@ impl FollowedTags {
         let Some(state) = inner.tags.get_mut(reference) else {
             return Vec::new();
         };
-        let before = (state.checked, state.digest.clone(), state.error.clone());
+        let before = (state.digest.clone(), state.error.clone());
         match result {
             Ok(digest) => {
                 state.digest = Some(digest);
@@ -199,12 +213,11 @@ impl FollowedTags {
                 state.next_check = later(now, backoff.min(MAX_BACKOFF.max(interval)));
             }
         }
-        state.checked = true;
         state.checking = false;
         if std::mem::take(&mut state.again) {
             state.next_check = now;
         }
-        let after = (true, state.digest.clone(), state.error.clone());
+        let after = (state.digest.clone(), state.error.clone());
         let users = if before == after {
             Vec::new()
         } else {

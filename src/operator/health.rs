@@ -179,13 +179,10 @@ impl Health {
 }
 
 fn respond(result: Result<(), String>) -> Response<Full<Bytes>> {
-    let (code, body) = match result {
-        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
-    };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = code;
-    resp
+    match result {
+        Ok(()) => super::http_endpoint::text(StatusCode::OK, "ok\n"),
+        Err(why) => super::http_endpoint::text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+    }
 }
 
 /// Serves the probes and the metrics on `listener` until the future is dropped.
@@ -208,11 +205,7 @@ pub async fn serve(
                 );
                 r
             }
-            _ => {
-                let mut r = respond(Err("not found".into()));
-                *r.status_mut() = StatusCode::NOT_FOUND;
-                r
-            }
+            _ => super::http_endpoint::text(StatusCode::NOT_FOUND, "not found\n"),
         };
         std::future::ready(response)
     })

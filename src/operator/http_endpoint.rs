@@ -12,6 +12,13 @@ use hyper_util::rt::TokioIo;
 
 /// Serves `handle` on `listener` until the future is dropped; `what` names the endpoint in
 /// logs.
+/// A plain-text response with status `code`.
+pub fn text(code: hyper::StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = code;
+    response
+}
+
 pub async fn serve<F, Fut>(
     listener: tokio::net::TcpListener,
     what: &'static str,

@@ -59,9 +59,7 @@ use kube::{Client, Resource};
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
 pub use leader::{ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected};
-pub use options::{
-    DEFAULT_CONCURRENCY, DEFAULT_TAG_POLL_INTERVAL, Options, RegistryNotifications, SecretName,
-};
+pub use options::{DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretName};
 pub use progress::Progress;
 pub use vm_reconciler::ReconcileError;
 pub use writes::FIELD_MANAGER;

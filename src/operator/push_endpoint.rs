@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::Context;
+use super::http_endpoint::text;
 use crate::registry_push::{authorized, pushed_tags};
 
 /// The largest envelope read.
@@ -32,7 +33,7 @@ pub async fn serve(
 
 async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<Full<Bytes>> {
     if req.method() != Method::POST {
-        return answer(
+        return text(
             StatusCode::METHOD_NOT_ALLOWED,
             "POST registry notifications here",
         );
@@ -43,17 +44,17 @@ async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<
         .and_then(|v| v.to_str().ok());
     if !authorized(header, token) {
         tracing::warn!("registry notification refused: missing or wrong bearer token");
-        return answer(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        return text(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     }
     let Ok(body) = Limited::new(req.into_body(), BODY_LIMIT).collect().await else {
-        return answer(
+        return text(
             StatusCode::PAYLOAD_TOO_LARGE,
             "envelope too large or cut short",
         );
     };
     let tags = match pushed_tags(&body.to_bytes()) {
         Ok(tags) => tags,
-        Err(e) => return answer(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     let now = Instant::now();
     let mut followed = 0;
@@ -66,11 +67,5 @@ async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<
     if followed > 0 {
         ctx.followed.wake.notify_one();
     }
-    answer(StatusCode::OK, "")
-}
-
-fn answer(code: StatusCode, text: &str) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(text.to_string())));
-    *r.status_mut() = code;
-    r
+    text(StatusCode::OK, "")
 }

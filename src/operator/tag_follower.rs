@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use super::Context;
 use super::jitter::jittered;
 use super::trigger::Trigger;
+use crate::reference::domain_of_normalized;
 
 /// Most checks under way at one registry.
 const CHECKS_PER_REGISTRY: usize = 4;
@@ -38,7 +39,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
         let (due, next) = ctx.followed.take_due(Instant::now());
         for reference in due {
             let limit = limits
-                .entry(registry_of(&reference).to_string())
+                .entry(domain_of_normalized(&reference).to_string())
                 .or_insert_with(|| Arc::new(Semaphore::new(CHECKS_PER_REGISTRY)));
             let (limit, all) = (Arc::clone(limit), Arc::clone(&all));
             let (ctx, trigger) = (Arc::clone(&ctx), trigger.clone());
@@ -117,20 +118,4 @@ async fn check(mut under_way: UnderWay<'_>) {
     }
     ctx.observers.metrics.tag_checked(result.is_ok());
     under_way.answer(result);
-}
-
-/// The registry (`host[:port]`) of a normalized reference.
-fn registry_of(reference: &str) -> &str {
-    reference.split('/').next().unwrap_or(reference)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_registry_of_a_reference_is_its_first_part() {
-        assert_eq!(registry_of("127.0.0.1:5000/app:dev"), "127.0.0.1:5000");
-        assert_eq!(registry_of("docker.io/library/nginx:1.27"), "docker.io");
-    }
 }

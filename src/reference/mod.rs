@@ -346,6 +346,11 @@ fn split_docker_domain(name: &str) -> (String, String) {
 }
 
 /// The host part of a `host[:port]` registry domain.
+/// The domain (`host[:port]`) of a normalized reference: what comes before its first `/`.
+pub fn domain_of_normalized(reference: &str) -> &str {
+    reference.split('/').next().unwrap_or(reference)
+}
+
 pub fn host_of(domain: &str) -> &str {
     if domain.starts_with('[') {
         return match domain.find(']') {

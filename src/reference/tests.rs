@@ -238,3 +238,15 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn the_domain_of_a_normalized_reference_is_its_first_part() {
+    assert_eq!(
+        domain_of_normalized("127.0.0.1:5000/app:dev"),
+        "127.0.0.1:5000"
+    );
+    assert_eq!(
+        domain_of_normalized("docker.io/library/nginx:1.27"),
+        "docker.io"
+    );
+}

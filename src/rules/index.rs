@@ -126,10 +126,6 @@ fn required_first_component(re: &Regex) -> Option<String> {
     String::from_utf8(found?.to_vec()).ok()
 }
 
-fn first_component(s: &str) -> &str {
-    s.split('/').next().unwrap_or(s)
-}
-
 impl Index {
     /// The interned scope of a namespace, 0 for the cluster scope.
     fn scope_of(&mut self, namespace: Option<&str>) -> u32 {
@@ -259,7 +255,10 @@ impl Index {
             return;
         };
         let s = r.as_str();
-        if let Some(group) = regexes.by_host.get(first_component(s)) {
+        if let Some(group) = regexes
+            .by_host
+            .get(crate::reference::domain_of_normalized(s))
+        {
             group.matches(s, &mut f);
         }
         regexes.any.matches(s, &mut f);
