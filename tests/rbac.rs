@@ -22,7 +22,7 @@ use k8s_openapi::api::rbac::v1::{
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::registry::{PRIVATE_PASSWORD, PRIVATE_USER, TestRegistry, docker_config};
+use support::registry::{PRIVATE_PASSWORD, TestRegistry, credentials_secret};
 use support::*;
 
 const SYSTEM_NS: &str = "imagemap-system";
@@ -45,6 +45,24 @@ async fn install(client: &Client) {
 async fn deploy_installs_with_kustomize_and_its_flags_exist() {
     let client = client().await;
     install(&client).await;
+    // Of all Secrets, the operator may read only its registry credentials, by name.
+    let can = |verb: &str, what: &str| {
+        let out = kubectl(&[
+            "auth",
+            "can-i",
+            verb,
+            what,
+            "-n",
+            SYSTEM_NS,
+            "--as=system:serviceaccount:imagemap-system:imagemap",
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(can("list", "secrets/imagemap-registry-credentials"), "yes");
+    assert_eq!(can("watch", "secrets/imagemap-registry-credentials"), "yes");
+    assert_eq!(can("list", "secrets"), "no");
+    assert_eq!(can("get", "secrets/imagemap-registry-credentials"), "no");
+    assert_eq!(can("list", "secrets/another"), "no");
     let deployment = kubectl_ok(&[
         "get",
         "deployment",
@@ -101,23 +119,16 @@ fn repo(rel: &str) -> String {
 
 /// A ServiceAccount token from the TokenRequest API, as a kube Config.
 async fn config_for(service_account: &str) -> kube::Config {
-    let out = Command::new("kubectl")
-        .args([
-            "create",
-            "token",
-            service_account,
-            "-n",
-            SYSTEM_NS,
-            "--duration=1h",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = kubectl_ok(&[
+        "create",
+        "token",
+        service_account,
+        "-n",
+        SYSTEM_NS,
+        "--duration=1h",
+    ])
+    .trim()
+    .to_string();
     let mut config = kube::Config::infer().await.unwrap();
     config.auth_info = kube::config::AuthInfo {
         token: Some(secrecy::SecretString::from(token)),
@@ -141,13 +152,7 @@ impl Private {
         let registry = TestRegistry::start_private("rbac").await;
         let digest = registry.push("acme/private", "dev", "private build");
         let tag = format!("{}/acme/private:dev", registry.host());
-        let secret: Secret = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": CREDENTIALS_SECRET, "namespace": SYSTEM_NS},
-            "type": "kubernetes.io/dockerconfigjson",
-            "stringData": {".dockerconfigjson": docker_config(&registry.host(), PRIVATE_USER, PRIVATE_PASSWORD)},
-        }))
-        .unwrap();
+        let secret = credentials_secret(CREDENTIALS_SECRET, &registry.host(), PRIVATE_PASSWORD);
         Api::<Secret>::namespaced(admin.clone(), SYSTEM_NS)
             .patch(
                 CREDENTIALS_SECRET,

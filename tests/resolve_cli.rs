@@ -287,6 +287,11 @@ fn a_registry_config_is_read_only_with_follow_tags_and_a_bad_one_stops_it() {
         )),
         "{err}"
     );
+    // A config that keeps its credentials in a credsStore has none to offer: a note.
+    std::fs::write(dir.join("config.json"), r#"{"credsStore": "desktop"}"#).unwrap();
+    let (code, _, err) = follow();
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("no \"auths\" object"), "{err}");
     std::fs::write(dir.join("config.json"), "{not json").unwrap();
     let (code, _, err) = follow();
     assert_eq!(code, 2, "{err}");

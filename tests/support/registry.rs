@@ -213,6 +213,22 @@ pub fn docker_config(host: &str, user: &str, password: &str) -> String {
     serde_json::json!({"auths": {host: {"username": user, "password": password}}}).to_string()
 }
 
+/// A `kubernetes.io/dockerconfigjson` Secret named `name` holding `password` for
+/// [`PRIVATE_USER`] at `host`.
+pub fn credentials_secret(
+    name: &str,
+    host: &str,
+    password: &str,
+) -> k8s_openapi::api::core::v1::Secret {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": docker_config(host, PRIVATE_USER, password)},
+    }))
+    .unwrap()
+}
+
 /// Runs `registry serve` on the configuration in `dir` and waits until it answers.
 async fn serve(dir: &std::path::Path, port: u16) -> super::Killed {
     let child = super::Killed(
