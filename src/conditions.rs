@@ -4,6 +4,12 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::excerpt::cut_bytes;
+
+/// Most bytes of a condition message the operator writes (the CRDs allow 32768, as
+/// `metav1.Condition` does): a VM's status stays a few KiB whatever its slots say.
+pub const MESSAGE_LIMIT: usize = 1024;
+
 /// Condition types.
 pub mod kind {
     /// VirtualMachine: the runner pod runs. Mappings: every rule is valid and in no conflict.
@@ -36,6 +42,8 @@ pub mod reason {
     pub const INVALID_REWRITE: &str = "InvalidRewrite";
     // VirtualMachine `ImagesResolved` and mapping `Ready`.
     pub const DISALLOWED_TARGET: &str = "DisallowedTarget";
+    /// A rule follows tags, and the operator was started without `--allowed-registries`.
+    pub const ALLOWED_REGISTRIES_REQUIRED: &str = "AllowedRegistriesRequired";
     pub const CONFLICT: &str = "Conflict";
     /// A followed tag's digest could not be checked: the last known one (or the tag) is used.
     pub const DIGEST_UNVERIFIED: &str = "DigestUnverified";
@@ -110,7 +118,11 @@ impl<'a> Conditions<'a> {
             type_: type_.into(),
             status: status.into(),
             reason: reason.into(),
-            message,
+            message: if message.len() <= MESSAGE_LIMIT {
+                message
+            } else {
+                cut_bytes(&message, MESSAGE_LIMIT)
+            },
             observed_generation: self.observed_generation,
             last_transition_time,
         }
@@ -192,5 +204,17 @@ mod tests {
             find(&previous, kind::READY).map(|c| c.reason.as_str()),
             Some("Pending")
         );
+    }
+
+    #[test]
+    fn messages_are_bounded() {
+        let t0 = Time(Timestamp::from_second(1_800_000_000).unwrap());
+        let long = Conditions::new(&[], Some(1), &t0).build(
+            kind::READY,
+            Status::False,
+            "Pending",
+            "é".repeat(10_000),
+        );
+        assert!(long.message.len() <= MESSAGE_LIMIT && long.message.ends_with('…'));
     }
 }

@@ -2,19 +2,20 @@
 //!
 //! The library holds all logic; the `imagemap` binary is a thin command line over it.
 
+pub mod allowed_registries;
 pub mod api;
 pub mod api_requests;
 pub mod cli;
 pub mod conditions;
 pub mod crds;
+pub mod excerpt;
 #[cfg(test)]
 mod fixtures;
 pub mod manifests;
 pub mod mapping_status;
 pub mod operator;
 pub mod reference;
-pub mod registry_credentials;
-pub mod registry_push;
+pub mod registry;
 pub mod rule_change;
 pub mod rules;
 pub mod runner_pod;

@@ -11,6 +11,7 @@ use crate::api::{
     ClusterImageMapping, FollowedTag, ImageMapping, ImageMappingStatus, RuleStatus, VirtualMachine,
 };
 use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
+use crate::excerpt::cut_bytes;
 use crate::rules::{
     MappingKey, Mode, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
 };
@@ -212,9 +213,16 @@ const MAPPING_KSTATUS: KstatusRules<'static> = KstatusRules {
         (kind::READY, reason::INVALID_RULE),
         (kind::READY, reason::CONFLICT),
         (kind::READY, reason::DISALLOWED_TARGET),
+        (kind::READY, reason::ALLOWED_REGISTRIES_REQUIRED),
     ],
     reconciling: &[],
 };
+
+/// The most VMs `awaitingRestart` lists (the count says how many there are).
+pub const LISTED_AWAITING: usize = 100;
+
+/// Most bytes of a rule's `problem`.
+const PROBLEM_LIMIT: usize = 1024;
 
 /// The most problems a mapping's `Ready` message names; the others are counted (each rule's
 /// own problem is in `status.rules[]`).
@@ -247,7 +255,7 @@ pub fn mapping_statuses<'a>(
     vms: &[VmView<'a>],
     awaiting_restart: &BTreeSet<String>,
     default_runner_image: &'a str,
-    digest_of: &dyn Fn(&str) -> Option<String>,
+    digest_of: &dyn Fn(&MappingKey, &str) -> Option<String>,
     now: &Time,
 ) -> MappingStatuses {
     let dry_runs: BTreeSet<&MappingKey> = mappings
@@ -275,14 +283,15 @@ pub fn mapping_statuses<'a>(
                 affected_vms: per_rule
                     .get(&i)
                     .map_or(0, |s| i32::try_from(s.len()).unwrap_or(i32::MAX)),
-                problem: RuleProblem::for_rule(&own, i).map(ToString::to_string),
+                problem: RuleProblem::for_rule(&own, i)
+                    .map(|p| cut_bytes(&p.to_string(), PROBLEM_LIMIT)),
                 followed_tags: followed
                     .get(&i)
                     .into_iter()
                     .flatten()
                     .take(FOLLOWED_TAGS_SHOWN)
                     .map(|reference| FollowedTag {
-                        digest: digest_of(reference),
+                        digest: digest_of(&m.key, reference),
                         reference: reference.clone(),
                     })
                     .collect(),
@@ -315,6 +324,7 @@ pub fn mapping_statuses<'a>(
             .map(|p| p.conditions.as_slice())
             .unwrap_or_default();
         let build = Conditions::new(previous, m.generation, now);
+        let awaiting = tally.awaiting.remove(&m.key).unwrap_or_default();
         let conditions = with_kstatus(
             &build,
             vec![build.build(kind::READY, status, why, message)],
@@ -328,12 +338,9 @@ pub fn mapping_statuses<'a>(
                 rule_count: Some(i32::try_from(m.rule_count).unwrap_or(i32::MAX)),
                 affected_vms: Some(i32::try_from(all_vms.len()).unwrap_or(i32::MAX)),
                 rules,
-                awaiting_restart: tally
-                    .awaiting
-                    .remove(&m.key)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .collect(),
+                awaiting_restart_count: Some(i32::try_from(awaiting.len()).unwrap_or(i32::MAX))
+                    .filter(|&n| n > 0),
+                awaiting_restart: awaiting.into_iter().take(LISTED_AWAITING).collect(),
             },
         );
     }
@@ -376,7 +383,7 @@ mod tests {
             &views,
             &BTreeSet::new(),
             "runner:1",
-            &|_| None,
+            &|_, _| None,
             &now,
         )
         .statuses;
@@ -417,7 +424,7 @@ mod tests {
             &views,
             &BTreeSet::new(),
             "runner",
-            &|_| None,
+            &|_, _| None,
             &now,
         )
         .statuses;
@@ -482,7 +489,7 @@ mod tests {
             &views,
             &BTreeSet::new(),
             "runner",
-            &|_| None,
+            &|_, _| None,
             &now,
         );
         let status = &out.statuses[&key("twice")];
@@ -560,7 +567,7 @@ mod tests {
             &views,
             &awaiting,
             "runner",
-            &|_| None,
+            &|_, _| None,
             &now,
         );
         let alpha = &out.statuses[&key("alpha")];
@@ -573,5 +580,47 @@ mod tests {
             out.statuses[&key("beta")].conditions[0].message,
             "rule 0 conflicts with ImageMapping dev/alpha rule 0 for rootDisk of VirtualMachine dev/a (that rule wins)"
         );
+    }
+
+    #[test]
+    fn the_list_of_vms_awaiting_a_restart_is_capped_and_counted() {
+        let labels = BTreeMap::new();
+        let set = RuleSet::compile(
+            &[mapping("m", "disk-a", "x.io/a", false)],
+            &CompileOptions::default(),
+        );
+        let vms: Vec<VirtualMachine> = (0..250)
+            .map(|i| vm(&format!("vm-{i:03}"), "disk-a:1"))
+            .collect();
+        let views: Vec<VmView> = vms
+            .iter()
+            .map(|vm| VmView {
+                vm,
+                namespace_labels: &labels,
+            })
+            .collect();
+        let awaiting: BTreeSet<String> = (0..250).map(|i| format!("dev/vm-{i:03}")).collect();
+        let mappings = [MappingView {
+            key: key("m"),
+            generation: Some(1),
+            rule_count: 1,
+            dry_run: false,
+            previous: None,
+        }];
+        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
+        let out = mapping_statuses(
+            &set,
+            &mappings,
+            &views,
+            &awaiting,
+            "runner",
+            &|_, _| None,
+            &now,
+        );
+        let status = &out.statuses[&key("m")];
+        assert_eq!(status.awaiting_restart.len(), LISTED_AWAITING);
+        assert_eq!(status.awaiting_restart[0], "dev/vm-000");
+        assert_eq!(status.awaiting_restart_count, Some(250));
+        assert_eq!(status.affected_vms, Some(250));
     }
 }

@@ -21,6 +21,9 @@ pub const SLOT_RUNNER: &str = "runner";
 /// Slot name prefix of extra init containers: `extraInitContainers/<name>`.
 pub const SLOT_EXTRA_PREFIX: &str = "extraInitContainers/";
 
+/// Most bytes of a slot's `error` in the VM's status.
+const ERROR_LIMIT: usize = 1024;
+
 /// One image a VM asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageSlot {
@@ -66,6 +69,8 @@ pub enum SlotError {
     InvalidRewrite(String),
     /// The winning rule's result lies outside the operator's allowed registries.
     DisallowedTarget(String),
+    /// The winning rule follows tags, and the operator may ask no registry.
+    FollowRefused(String),
 }
 
 impl std::fmt::Display for SlotError {
@@ -77,7 +82,9 @@ impl std::fmt::Display for SlotError {
                     "requested image {requested:?} is not a valid reference: {error}"
                 )
             }
-            SlotError::InvalidRewrite(e) | SlotError::DisallowedTarget(e) => f.write_str(e),
+            SlotError::InvalidRewrite(e)
+            | SlotError::DisallowedTarget(e)
+            | SlotError::FollowRefused(e) => f.write_str(e),
         }
     }
 }
@@ -113,7 +120,11 @@ impl SlotResolution {
             requested: self.requested.clone(),
             resolved: self.outcome.as_ref().ok().cloned(),
             source: self.rule.as_ref().map(RuleRef::source),
-            error: self.outcome.as_ref().err().map(ToString::to_string),
+            error: self
+                .outcome
+                .as_ref()
+                .err()
+                .map(|e| crate::excerpt::cut_bytes(&e.to_string(), ERROR_LIMIT)),
             follow_tag: self.follow_tag,
             digest: self.digest.clone(),
         }
@@ -143,15 +154,16 @@ impl VmResolution {
     /// (with the error of the last check, if it failed), else to the digest `previous`
     /// (the VM's last status) recorded for the same reference: a registry that fails never
     /// unpins a pod. A slot with no digest known at all runs the tag as resolved.
+    /// (`digest_of` is given the slot's resolved reference and the rule that follows it.)
     pub fn pin(
         &mut self,
-        digest_of: impl Fn(&str) -> (Option<String>, Option<String>),
+        digest_of: impl Fn(&str, Option<&RuleRef>) -> (Option<String>, Option<String>),
         previous: &[ResolvedImage],
     ) {
         for slot in &mut self.slots {
             let (digest, error) = match (&slot.outcome, slot.follow_tag) {
                 (Ok(resolved), true) => {
-                    let (digest, error) = digest_of(resolved);
+                    let (digest, error) = digest_of(resolved, slot.rule.as_ref());
                     let recorded = || {
                         previous
                             .iter()
@@ -176,6 +188,14 @@ impl VmResolution {
             .iter()
             .filter(|s| s.follow_tag)
             .filter_map(|s| s.outcome.as_ref().ok().map(String::as_str))
+    }
+
+    /// The references this VM follows by tag, each with the rule that follows it.
+    pub fn following(&self) -> impl Iterator<Item = (&str, Option<&RuleRef>)> {
+        self.slots
+            .iter()
+            .filter(|s| s.follow_tag)
+            .filter_map(|s| Some((s.outcome.as_ref().ok()?.as_str(), s.rule.as_ref())))
     }
 
     /// Whether any slot has a conflict.
@@ -319,6 +339,7 @@ fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode)
         outcome: res.resolved.map(|r| r.to_string()).map_err(|e| match e {
             ResolveError::InvalidRewrite(m) => SlotError::InvalidRewrite(m),
             ResolveError::DisallowedTarget(m) => SlotError::DisallowedTarget(m),
+            ResolveError::FollowRefused(m) => SlotError::FollowRefused(m),
         }),
         rule: res.rule.map(|id| set.rule_ref(id)),
         conflicts: res.conflicts.iter().map(|&id| set.rule_ref(id)).collect(),
@@ -479,7 +500,7 @@ mod tests {
         let mut resolution = VmResolution {
             slots: vec![followed("rootDisk"), plain],
         };
-        resolution.pin(|_| (Some("sha256:1".into()), None), &[]);
+        resolution.pin(|_, _| (Some("sha256:1".into()), None), &[]);
         assert_eq!(resolution.slots[0].digest.as_deref(), Some("sha256:1"));
         assert_eq!(resolution.slots[1].digest, None, "only followed slots");
         let previous = resolution.images();
@@ -489,11 +510,11 @@ mod tests {
         );
         // The registry fails and this process knows no digest (it restarted): the one the
         // status recorded stays.
-        resolution.pin(|_| (None, Some("refused".into())), &previous);
+        resolution.pin(|_, _| (None, Some("refused".into())), &previous);
         assert_eq!(resolution.slots[0].digest.as_deref(), Some("sha256:1"));
         assert_eq!(resolution.slots[0].digest_error.as_deref(), Some("refused"));
         // Nothing known anywhere: the tag as resolved.
-        resolution.pin(|_| (None, Some("refused".into())), &[]);
+        resolution.pin(|_, _| (None, Some("refused".into())), &[]);
         assert_eq!(resolution.slots[0].digest, None);
         assert_eq!(resolution.images()[0].pod_image().as_deref(), Some(TAG));
     }

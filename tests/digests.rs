@@ -10,6 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use imagemap::allowed_registries::AllowedRegistries;
 use imagemap::operator::{Options, SecretName};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -53,6 +54,7 @@ async fn following(e: &Env, interval: Duration) -> (TestRegistry, String, String
         Options {
             tag_poll_interval: interval,
             insecure_registries: vec![registry.host()],
+            allowed_registries: AllowedRegistries::only(vec![registry.host()]),
             ..Options::default()
         },
     )
@@ -186,29 +188,6 @@ async fn checks_in_five_intervals(op: &Operator, interval: Duration) -> (u64, f6
     (made, intervals)
 }
 
-/// Waits until the VM's `ImagesResolved` condition has `reason` (and its message contains
-/// `text`).
-async fn wait_resolved_reason(e: &Env, vm_name: &str, reason: &str, text: &str) {
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        &format!("{vm_name}: ImagesResolved {reason}"),
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == vm_name
-                    && v.status.as_ref().is_some_and(|s| {
-                        s.conditions.iter().any(|c| {
-                            c.type_ == "ImagesResolved"
-                                && c.reason == reason
-                                && c.message.contains(text)
-                        })
-                    })
-            })
-        },
-    )
-    .await;
-}
-
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
 async fn a_registry_that_stops_answering_never_touches_running_pods() {
@@ -247,15 +226,20 @@ async fn a_push_notification_moves_the_pod_at_once_and_a_forged_one_changes_noth
     .await;
     let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
     let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let token_file = std::env::temp_dir().join(format!("{}-notification-token", e.ns));
+    std::fs::write(&token_file, token).unwrap();
     let op = Operator::start(
         &[&e.ns],
         Options {
             // Polling alone would take minutes: what moves the pod is the notification.
             tag_poll_interval: Duration::from_mins(5),
             insecure_registries: vec![registry.host()],
+            allowed_registries: AllowedRegistries::only(vec![registry.host()]),
             registry_notifications: Some(imagemap::operator::RegistryNotifications {
                 addr: format!("127.0.0.1:{notify_port}"),
-                token: token.into(),
+                token: std::sync::Arc::new(
+                    imagemap::operator::TokenFile::open(&token_file).unwrap(),
+                ),
             }),
             ..Options::default()
         },
@@ -473,7 +457,7 @@ async fn a_thousand_vms_following_one_tag_cost_one_check_per_interval() {
 
 /// An operator that checks `registry` every 5 minutes (so that only a change of the Secret
 /// makes it ask again within a test), with the credentials of Secret `secret_name` in the
-/// test namespace.
+/// test namespace, serving that namespace's ImageMappings too.
 async fn operator_with_credentials(
     e: &Env,
     registry: &TestRegistry,
@@ -484,10 +468,13 @@ async fn operator_with_credentials(
         Options {
             tag_poll_interval: Duration::from_mins(5),
             insecure_registries: vec![registry.host()],
+            // The registry, and the token service of the token test (`localhost:PORT`).
+            allowed_registries: AllowedRegistries::only(vec![registry.host(), "localhost".into()]),
             registry_credentials: Some(SecretName {
                 namespace: e.ns.clone(),
                 name: secret_name.into(),
             }),
+            registry_credentials_namespaces: vec![e.ns.clone()],
             ..Options::default()
         },
     )
@@ -608,6 +595,11 @@ async fn registries_that_never_answer_or_refuse_hold_up_only_their_own_tags() {
         Options {
             tag_poll_interval: interval,
             insecure_registries: vec![registry.host(), hole_host.clone(), refused_host.clone()],
+            allowed_registries: AllowedRegistries::only(vec![
+                registry.host(),
+                hole_host.clone(),
+                refused_host.clone(),
+            ]),
             ..Options::default()
         },
     )
@@ -714,4 +706,154 @@ async fn a_registry_token_service_is_asked_with_the_credentials_secret() {
         0,
         "no token request without the credentials"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn the_credentials_serve_cluster_rules_and_not_a_tenants_mapping() {
+    use imagemap::api::ClusterImageMapping;
+    use support::registry::PRIVATE_PASSWORD;
+    let e = env("digest-whose").await;
+    let registry = TestRegistry::start_private(&e.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let secret_name = "registry-credentials";
+    kube::Api::<Secret>::namespaced(e.client.clone(), &e.ns)
+        .create(
+            &PostParams::default(),
+            &credentials_secret(secret_name, &registry.host(), PRIVATE_PASSWORD),
+        )
+        .await
+        .unwrap();
+    // The Secret serves no namespace's ImageMappings: only ClusterImageMapping rules.
+    let _op = Operator::start(
+        &[&e.ns],
+        Options {
+            tag_poll_interval: Duration::from_mins(5),
+            insecure_registries: vec![registry.host()],
+            allowed_registries: AllowedRegistries::only(vec![registry.host()]),
+            registry_credentials: Some(SecretName {
+                namespace: e.ns.clone(),
+                name: secret_name.into(),
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    // A tenant follows the private tag from an ImageMapping; an administrator follows the
+    // same tag from a ClusterImageMapping (for another image, in this namespace only).
+    e.add_mapping("tenant", follow_rule(&tag)).await;
+    let cluster: ClusterImageMapping = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1", "kind": "ClusterImageMapping",
+        "metadata": {"name": format!("{}-admin", e.ns)},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": e.ns}},
+            "rules": [{"match": {"repository": "neondatabase/vm-kernel"}, "to": tag, "followTag": true}]
+        }
+    }))
+    .unwrap();
+    kube::Api::<ClusterImageMapping>::all(e.client.clone())
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    e.add_vm("tenant", true, "Always", COMPUTE).await;
+    e.add_vm("admin", true, "Always", "neondatabase/vm-kernel:6.6")
+        .await;
+
+    // The cluster's rule is checked with the credentials: pinned.
+    wait_single_pod(&e, "admin", &format!("{tag}@{first}")).await;
+    // The tenant's is asked anonymously, and says so: not pinned.
+    wait_resolved_reason(
+        &e,
+        "tenant",
+        "DigestUnverified",
+        &format!(
+            "asked anonymously: Secret {}/{secret_name} serves ClusterImageMapping rules",
+            e.ns
+        ),
+    )
+    .await;
+    wait_single_pod(&e, "tenant", &tag).await;
+    let tenant = e.vms.get("tenant").await.unwrap();
+    let status = serde_json::to_string(&tenant.status).unwrap();
+    assert!(
+        !status.contains(&first),
+        "the tenant learns no digest: {status}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn one_namespace_with_200_silent_tags_holds_up_no_other_namespace() {
+    let noisy = env("digest-noisy").await;
+    let quiet = env("digest-quiet").await;
+    // 50 "registries" that accept connections and never say a word.
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut silent = Vec::new();
+    for _ in 0..50 {
+        let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        silent.push(format!("127.0.0.1:{}", hole.local_addr().unwrap().port()));
+        let counter = std::sync::Arc::clone(&accepted);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = hole.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                held.push(socket);
+            }
+        });
+    }
+    let registry = TestRegistry::start(&quiet.ns).await;
+    let tag = format!("{}/vm-compute-node-v17:dev", registry.host());
+    let first = registry.push("vm-compute-node-v17", "dev", "build 1");
+    let mut hosts = silent.clone();
+    hosts.push(registry.host());
+    let interval = Duration::from_secs(1);
+    let op = Operator::start(
+        &[&noisy.ns, &quiet.ns],
+        Options {
+            tag_poll_interval: interval,
+            insecure_registries: hosts.clone(),
+            allowed_registries: AllowedRegistries::only(hosts),
+            ..Options::default()
+        },
+    )
+    .await;
+    // The noisy namespace follows 210 tags at the silent registries (7 VMs of 30 images).
+    let rules: Vec<_> = silent
+        .iter()
+        .map(|h| json!({"match": {"prefix": h}, "followTag": true}))
+        .collect();
+    noisy.add_mapping("silent", json!(rules)).await;
+    for v in 0..7 {
+        let extra: Vec<_> = (0..30)
+            .map(|j| {
+                let host = &silent[(v * 30 + j) % silent.len()];
+                json!({"name": format!("c{j}"), "image": format!("{host}/app{v}-{j}:dev")})
+            })
+            .collect();
+        let vm: imagemap::api::VirtualMachine = serde_json::from_value(json!({
+            "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine",
+            "metadata": {"name": format!("noisy-{v}")},
+            "spec": {"guest": {"rootDisk": {"image": COMPUTE}}, "extraInitContainers": extra}
+        }))
+        .unwrap();
+        noisy.vms.create(&PostParams::default(), &vm).await.unwrap();
+    }
+    wait_until(WAIT, "the noisy namespace's checks under way", || {
+        accepted.load(std::sync::atomic::Ordering::Relaxed) >= 8
+    })
+    .await;
+
+    // The quiet namespace's new VM follows its own tag: its pod comes at once.
+    quiet.add_mapping("constant", follow_rule(&tag)).await;
+    let started = Instant::now();
+    quiet.add_vm("live", true, "Always", COMPUTE).await;
+    wait_single_pod(&quiet, "live", &format!("{tag}@{first}")).await;
+    let took = started.elapsed();
+    let (checks, intervals) = checks_in_five_intervals(&op, interval).await;
+    let held = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "beside 210 tags at 50 silent registries ({held} connections to them so far): the quiet namespace's pod after {took:.2?}, {checks} checks of its tag in {intervals:.1} intervals"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }

@@ -115,7 +115,11 @@ fn signal(pid: &str, signal: &str) {
 }
 
 /// `imagemap run` as a process, logging to `log`; killed when dropped.
-fn operator_process(args: &[&str], envs: &[(&str, &Path)], log: &Path) -> tokio::process::Child {
+fn operator_process(
+    args: &[&str],
+    envs: &[(&str, &std::ffi::OsStr)],
+    log: &Path,
+) -> tokio::process::Child {
     let log = std::fs::File::create(log).unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_imagemap"));
     cmd.arg("run")
@@ -304,15 +308,17 @@ async fn a_frozen_leader_makes_no_write_after_its_successor_began() {
         "4",
     ];
     let (kube_a, kube_b) = (proxy_a.kubeconfig(&e.ns), proxy_b.kubeconfig(&e.ns));
-    let mut a = operator_process(&elected, &[("KUBECONFIG", &kube_a)], &log("a"));
+    let mut a = operator_process(&elected, &[("KUBECONFIG", kube_a.as_os_str())], &log("a"));
     wait_all_on(&e, &vms, &image(0)).await;
-    let mut b = operator_process(&elected, &[("KUBECONFIG", &kube_b)], &log("b"));
+    let mut b = operator_process(&elected, &[("KUBECONFIG", kube_b.as_os_str())], &log("b"));
     let leases: Api<Lease> = Api::namespaced(e.client.clone(), &e.ns);
     let holder = leases.get("imagemap-operator").await.unwrap();
-    let a_identity = format!("imagemap-{}", a.id().unwrap());
-    assert_eq!(
-        holder.spec.unwrap().holder_identity.as_deref(),
-        Some(a_identity.as_str())
+    let a_identity = holder.spec.unwrap().holder_identity.unwrap();
+    assert!(
+        std::fs::read_to_string(log("a"))
+            .unwrap()
+            .contains(&a_identity),
+        "a holds the Lease as {a_identity}"
     );
     let never_two = NeverTwoLivePods::watch(&e);
 
@@ -366,4 +372,155 @@ async fn a_frozen_leader_makes_no_write_after_its_successor_began() {
         log_a.matches("write refused").count()
     );
     b.kill().await.unwrap();
+}
+
+/// Two `imagemap run --leader-elect` processes behind their own proxies, with `env`; the
+/// first leads (its fan-out done) before the second starts and has read the Lease.
+struct Pair {
+    proxies: [FaultProxy; 2],
+    children: [tokio::process::Child; 2],
+    logs: [std::path::PathBuf; 2],
+}
+
+async fn elected_pair(e: &Env, vms: &[String], env: &[(&str, &std::ffi::OsStr)]) -> Pair {
+    let proxies = [
+        FaultProxy::start(e.client.clone()).await,
+        FaultProxy::start(e.client.clone()).await,
+    ];
+    let elected = [
+        "--namespace",
+        e.ns.as_str(),
+        "--leader-elect",
+        "--lease-namespace",
+        e.ns.as_str(),
+        "--lease-duration-seconds",
+        "4",
+    ];
+    let logs = ["a", "b"].map(|who| std::env::temp_dir().join(format!("{}-{who}.log", e.ns)));
+    let start = |i: usize| {
+        let kubeconfig = proxies[i].kubeconfig(&e.ns);
+        let mut envs = vec![("KUBECONFIG", kubeconfig.as_os_str())];
+        envs.extend_from_slice(env);
+        operator_process(&elected, &envs, &logs[i])
+    };
+    let a = start(0);
+    wait_all_on(e, vms, &image(0)).await;
+    let b = start(1);
+    proxies[1]
+        .wait_seen("the second replica reading the Lease", |s| {
+            s.target.contains("/leases/imagemap-operator")
+        })
+        .await;
+    Pair {
+        children: [a, b],
+        proxies,
+        logs,
+    }
+}
+
+/// Writes other than to the Lease: acting on VMs, pods, mappings, Events.
+fn is_act(s: &Seen) -> bool {
+    s.is_write() && !s.target.contains("/leases/")
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn two_replicas_given_one_pod_name_have_one_writer() {
+    let e = env("fault-same-name").await;
+    e.add_mapping("tilt", tilt_rule(&image(0))).await;
+    let vms: Vec<String> = (0..10).map(|i| format!("vm-{i}")).collect();
+    for vm in &vms {
+        e.add_vm(vm, true, "Always", COMPUTE).await;
+    }
+    let same = std::ffi::OsStr::new("imagemap-0");
+    let mut pair = elected_pair(&e, &vms, &[("POD_NAME", same)]).await;
+    let never_two = NeverTwoLivePods::watch(&e);
+    let changed = Instant::now();
+    point_mapping_at(&e, &image(1)).await;
+    wait_all_on(&e, &vms, &image(1)).await;
+    never_two.check().await;
+    let acts: Vec<usize> = pair
+        .proxies
+        .iter()
+        .map(|p| {
+            p.seen()
+                .iter()
+                .filter(|s| s.at > changed && is_act(s))
+                .count()
+        })
+        .collect();
+    let lease = Api::<Lease>::namespaced(e.client.clone(), &e.ns)
+        .get("imagemap-operator")
+        .await
+        .unwrap();
+    let holder = lease.spec.unwrap().holder_identity.unwrap();
+    println!("two replicas named imagemap-0: writes in one fan-out {acts:?}; holder {holder}");
+    assert!(acts[0] > 0, "the leader acted");
+    assert_eq!(acts[1], 0, "the other replica wrote nothing");
+    assert!(holder.starts_with("imagemap-0_"), "{holder}");
+    for child in &mut pair.children {
+        child.kill().await.unwrap();
+    }
+    let _ = &pair.logs;
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_deleted_lease_stops_the_old_leaders_writes_before_the_new_one_begins() {
+    let e = env("fault-lease-deleted").await;
+    e.add_mapping("tilt", tilt_rule(&image(0))).await;
+    let vms: Vec<String> = (0..30).map(|i| format!("vm-{i}")).collect();
+    for vm in &vms {
+        e.add_vm(vm, true, "Always", COMPUTE).await;
+    }
+    let mut pair = elected_pair(&e, &vms, &[]).await;
+    let never_two = NeverTwoLivePods::watch(&e);
+
+    // Mid fan-out, someone deletes the Lease.
+    let changed = Instant::now();
+    point_mapping_at(&e, &image(1)).await;
+    pair.proxies[0]
+        .wait_seen("the leader's first delete of the fan-out", |s| {
+            s.at > changed && is_act(s) && s.method == http::Method::DELETE
+        })
+        .await;
+    Api::<Lease>::namespaced(e.client.clone(), &e.ns)
+        .delete("imagemap-operator", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    let b_first = pair.proxies[1]
+        .wait_seen("the new leader's first write", |s| {
+            s.at > deleted && is_act(s)
+        })
+        .await;
+    wait_all_on(&e, &vms, &image(1)).await;
+    never_two.check().await;
+    let a_status = tokio::time::timeout(WAIT, pair.children[0].wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !a_status.success(),
+        "the old leader ends: it lost the Lease"
+    );
+    let a_acts: Vec<Seen> = pair.proxies[0]
+        .seen()
+        .into_iter()
+        .filter(|s| s.at > changed && is_act(s))
+        .collect();
+    let a_last = a_acts.iter().map(|s| s.at).max().unwrap();
+    let since = |t: Instant| t.saturating_duration_since(deleted).as_secs_f64();
+    println!(
+        "Lease deleted mid fan-out: the old leader's last write {:.2} s after, the new leader's first {:.2} s after (lease 4 s)",
+        since(a_last),
+        since(b_first.at)
+    );
+    assert!(
+        a_last < b_first.at,
+        "the old leader wrote {:.2} s after the deletion, after the new leader's first write at {:.2} s",
+        since(a_last),
+        since(b_first.at)
+    );
+    pair.children[1].kill().await.unwrap();
 }

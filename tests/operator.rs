@@ -485,7 +485,10 @@ async fn conflicting_mappings_both_report_and_the_vm_uses_the_winner() {
 async fn invalid_rewrites_and_disallowed_targets_leave_the_pod_alone() {
     let e = env("op-invalid").await;
     let options = Options {
-        allowed_registries: Some(vec!["allowed.io".into(), "docker.io".into()]),
+        allowed_registries: imagemap::allowed_registries::AllowedRegistries::only(vec![
+            "allowed.io".into(),
+            "docker.io".into(),
+        ]),
         ..Options::default()
     };
     let _op = Operator::start(&[&e.ns], options).await;

@@ -168,14 +168,22 @@ impl Private {
         }
     }
 
-    /// The operator's options for following tags there.
-    fn options(&self) -> Options {
+    /// The operator's options for following tags there, from ImageMappings in `ns`.
+    fn options(&self, ns: &str) -> Options {
         Options {
             insecure_registries: vec![self.registry.host()],
+            // The private registry, and the mirrors the scenario's rules rewrite to.
+            allowed_registries: imagemap::allowed_registries::AllowedRegistries::only(vec![
+                self.registry.host(),
+                "mirror.io".into(),
+                "mirror2.io".into(),
+                "x.io".into(),
+            ]),
             registry_credentials: Some(SecretName {
                 namespace: SYSTEM_NS.into(),
                 name: CREDENTIALS_SECRET.into(),
             }),
+            registry_credentials_namespaces: vec![ns.to_string()],
             ..Options::default()
         }
     }
@@ -208,7 +216,7 @@ async fn scenario(
             identity: format!("{lease}-0"),
             timing: LeaseTiming::for_duration(Duration::from_secs(10)),
         },
-        private.options(),
+        private.options(&ns),
     );
     let cluster_name = format!("{ns}-mirror");
     let cluster = |to: &str| -> ClusterImageMapping {

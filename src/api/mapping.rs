@@ -191,8 +191,10 @@ pub struct ImageMappingStatus {
     #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
     /// `Ready`: True when every rule is valid and in no conflict; False with reason
-    /// `InvalidRule`, `Conflict` or `DisallowedTarget` and a message naming the rule.
+    /// `InvalidRule`, `Conflict`, `DisallowedTarget` or `AllowedRegistriesRequired` and a
+    /// message naming the rule.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::bounded_conditions::schema")]
     pub conditions: Vec<Condition>,
     /// Number of rules in the spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -211,13 +213,18 @@ pub struct ImageMappingStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleStatus>,
     /// VirtualMachines (`namespace/name`) whose pod runs images that this mapping changed and
-    /// that wait for a restart because `liveReload` is off.
+    /// that wait for a restart because `liveReload` is off: the first 100 by name.
     #[serde(
         default,
         rename = "awaitingRestart",
         skip_serializing_if = "Vec::is_empty"
     )]
+    #[schemars(length(max = 100))]
     pub awaiting_restart: Vec<String>,
+    /// How many VirtualMachines wait for a restart, listed in `awaitingRestart` or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
+    pub awaiting_restart_count: Option<i32>,
 }
 
 /// The observed state of one rule.
@@ -233,6 +240,7 @@ pub struct RuleStatus {
     pub affected_vms: i32,
     /// Why the rule is not used or is in conflict, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub problem: Option<String>,
     /// The tags this rule's results follow (`followTag`), with the digest each points to:
     /// the first 8 in name order.

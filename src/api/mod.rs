@@ -2,6 +2,7 @@
 //!
 //! Doc comments on fields are shipped in the CRDs: they are written for users.
 
+pub mod bounded_conditions;
 mod mapping;
 mod vm;
 

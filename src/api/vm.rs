@@ -212,6 +212,7 @@ pub struct VirtualMachineStatus {
     pub resolved_images: Vec<ResolvedImage>,
     /// `Ready`, `ImagesResolved`, `ImagesCurrent`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::bounded_conditions::schema")]
     pub conditions: Vec<Condition>,
 }
 
@@ -236,6 +237,7 @@ pub struct ResolvedImage {
     pub source: Option<RuleSource>,
     /// Why the slot could not be resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub error: Option<String>,
     /// The deciding rule follows the resolved image's tag (`followTag`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

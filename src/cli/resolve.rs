@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 
 use crate::manifests::Manifests;
 use crate::reference::Reference;
-use crate::registry_credentials::RegistryCredentials;
+use crate::registry::{
+    CredentialSource, Credentials, Reach, Registries, RegistryCredentials, RegistryError,
+};
 use crate::rules::RuleProblem;
 use crate::rules::{CompileOptions, MappingInput, MappingKey, Mode, Requester, RuleRef, RuleSet};
 use crate::vm_images::SlotResolution;
@@ -125,7 +127,7 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
 }
 
 /// What the registries answered for each followed reference.
-type Digests = BTreeMap<String, Result<String, String>>;
+type Digests = BTreeMap<String, Result<String, RegistryError>>;
 
 /// The credentials in a Docker config file, and the entries that cannot be used.
 fn read_registry_config(path: &Path) -> Result<(RegistryCredentials, Vec<String>), String> {
@@ -140,28 +142,44 @@ fn ask_registries(
     insecure: &[String],
     credentials: Option<(String, RegistryCredentials)>,
 ) -> Digests {
+    let fail_all = |why: &str| -> Digests {
+        references
+            .iter()
+            .map(|r| {
+                let cause = crate::registry::Cause::Unreachable(why.to_string());
+                let e = RegistryError {
+                    reference: r.clone(),
+                    cause,
+                    asked_as: None,
+                };
+                (r.clone(), Err(e))
+            })
+            .collect()
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(r) => r,
-        Err(e) => {
-            let why = format!("no async runtime: {e}");
-            return references
-                .iter()
-                .map(|r| (r.clone(), Err(why.clone())))
-                .collect();
-        }
+        Err(e) => return fail_all(&format!("no async runtime: {e}")),
     };
     runtime.block_on(async {
-        use crate::operator::registry::{CredentialSource, Registries};
-        let registries = Registries::new(insecure, CredentialSource::Anonymous);
+        // On the user's own machine: any registry the rules name.
+        let reach = Reach {
+            insecure: insecure.to_vec(),
+            ..Reach::default()
+        };
+        let registries = match Registries::new(reach, CredentialSource::Anonymous) {
+            Ok(r) => r,
+            Err(why) => return fail_all(&why),
+        };
         if let Some((file, credentials)) = credentials {
             registries.use_credentials(CredentialSource::File(file), credentials);
         }
         let mut out = Digests::new();
         for reference in references {
-            out.insert(reference.clone(), registries.digest(reference).await);
+            let digest = registries.digest(reference, &Credentials::InForce).await;
+            out.insert(reference.clone(), digest);
         }
         out
     })
@@ -176,7 +194,7 @@ struct ImageEntry {
     more_conflicts: usize,
     follow_tag: bool,
     /// With --follow-tags: the registry's answer for a followed result.
-    digest: Option<Result<String, String>>,
+    digest: Option<Result<String, RegistryError>>,
 }
 
 struct VmEntry {
@@ -216,9 +234,9 @@ impl Report {
         }
         for v in &mut self.vms {
             v.resolution.pin(
-                |r| match digests.get(r) {
+                |r, _| match digests.get(r) {
                     Some(Ok(d)) => (Some(d.clone()), None),
-                    Some(Err(e)) => (None, Some(e.clone())),
+                    Some(Err(e)) => (None, Some(e.to_string())),
                     None => (None, None),
                 },
                 &[],
@@ -544,7 +562,7 @@ fn image_json(i: &ImageEntry) -> Value {
         "moreConflicts": i.more_conflicts,
         "followTag": i.follow_tag,
         "resolvedDigest": i.digest.as_ref().and_then(|d| d.as_ref().ok()),
-        "digestError": i.digest.as_ref().and_then(|d| d.as_ref().err()),
+        "digestError": i.digest.as_ref().and_then(|d| d.as_ref().err()).map(ToString::to_string),
         "error": error,
     })
 }

@@ -4,10 +4,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::allowed_registries::AllowedRegistries;
 use crate::api_requests::ApiRequests;
 use crate::operator::{
     self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
-    SecretName, health,
+    SecretName, TokenFile, health,
 };
 use crate::vm_images;
 
@@ -20,11 +21,14 @@ pub struct RunArgs {
     /// A namespace to act in (repeatable). Default: all namespaces.
     #[arg(long = "namespace", value_name = "NS")]
     pub namespaces: Vec<String>,
-    /// Registries (`host[:port]` or `*.domain`) that rules may rewrite to, comma-separated
-    /// or repeated. A rule pointing elsewhere is refused and reported. Default: any.
+    /// Registries (`host[:port]` or `*.domain`) that rules may rewrite to and the operator
+    /// may contact (digest checks of followed tags, the token services registries name),
+    /// comma-separated or repeated. A rule pointing elsewhere is refused and reported.
+    /// Default: rules may rewrite anywhere, and no tag is followed.
     #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
     pub allowed_registries: Vec<String>,
-    /// Most pod recreations for liveReload per minute, over all VMs; 0 for no limit.
+    /// Most pod recreations for liveReload per minute, over all VMs (one namespace takes at
+    /// most half); 0 for no limit.
     #[arg(long, default_value_t = 60)]
     pub max_recreates_per_minute: u32,
     /// Most VirtualMachine reconciles at once, and so API requests in flight for them.
@@ -40,7 +44,7 @@ pub struct RunArgs {
     pub insecure_registries: Vec<String>,
     /// A file holding the bearer token registries must send with push notifications;
     /// given, the operator accepts them on `--registry-notifications-addr` and checks a
-    /// pushed tag at once.
+    /// pushed tag at once. Read again when it changes (a mounted Secret rotated).
     #[arg(long, value_name = "FILE")]
     pub registry_notifications_token_file: Option<std::path::PathBuf>,
     /// Address of the registry notification endpoint (with
@@ -54,6 +58,12 @@ pub struct RunArgs {
     /// anonymously.
     #[arg(long, value_name = "NAME")]
     pub registry_credentials_secret: Option<String>,
+    /// Namespaces whose ImageMappings' followed tags are checked with the credentials of
+    /// `--registry-credentials-secret` too, comma-separated or repeated. By default only
+    /// ClusterImageMapping rules (written by cluster administrators) use them; other tags
+    /// are checked anonymously.
+    #[arg(long, value_delimiter = ',', value_name = "NS")]
+    pub registry_credentials_namespaces: Vec<String>,
     /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
@@ -109,35 +119,28 @@ impl RunArgs {
         let registry_notifications = match &self.registry_notifications_token_file {
             None => None,
             Some(path) => {
-                let token = std::fs::read_to_string(path).map_err(|e| {
-                    anyhow::anyhow!(
-                        "--registry-notifications-token-file {}: {e}",
-                        path.display()
-                    )
-                })?;
-                let token = token.trim();
-                if token.is_empty() {
-                    anyhow::bail!(
-                        "--registry-notifications-token-file {}: the file is empty; put the token registries send in it",
-                        path.display()
-                    );
-                }
+                let token = TokenFile::open(path)
+                    .map_err(|e| anyhow::anyhow!("--registry-notifications-token-file {e}"))?;
                 Some(RegistryNotifications {
                     addr: self.registry_notifications_addr.clone(),
-                    token: token.into(),
+                    token: Arc::new(token),
                 })
             }
         };
         Ok(Options {
             default_runner_image: self.default_runner_image.clone(),
             namespaces: self.namespaces.clone(),
-            allowed_registries: (!self.allowed_registries.is_empty())
-                .then(|| self.allowed_registries.clone()),
+            allowed_registries: if self.allowed_registries.is_empty() {
+                AllowedRegistries::any()
+            } else {
+                AllowedRegistries::only(self.allowed_registries.clone())
+            },
             max_recreates_per_minute: self.max_recreates_per_minute,
             concurrency: self.concurrency,
             tag_poll_interval: self.tag_poll_interval,
             insecure_registries: self.insecure_registries.clone(),
             registry_notifications,
+            registry_credentials_namespaces: self.registry_credentials_namespaces.clone(),
             registry_credentials: self.registry_credentials_secret.as_ref().map(|name| {
                 SecretName {
                     namespace: own_namespace.to_string(),
@@ -174,11 +177,22 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into()),
-        identity: std::env::var("POD_NAME")
-            .unwrap_or_else(|_| format!("imagemap-{}", std::process::id())),
+        identity: operator::unique_identity(&identity_base()),
         timing: LeaseTiming::for_duration(Duration::from_secs(args.lease_duration_seconds)),
     };
     operator::run_elected(clients, options, observers, election, shutdown_signal()).await
+}
+
+/// What names this replica in its Lease identity: `POD_NAME` (the Deployment sets it), else
+/// the host name (a pod's name in a cluster).
+fn identity_base() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "imagemap".into())
 }
 
 /// The namespace the operator runs in: `POD_NAMESPACE` (the Deployment sets it), else
@@ -205,11 +219,7 @@ async fn observe(args: &RunArgs, requests: ApiRequests) -> anyhow::Result<Observ
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("--health-addr {addr}: {e}"))?;
-        tokio::spawn(async move {
-            if let Err(e) = health::serve(listener, health, metrics).await {
-                tracing::error!(error = %e, "probe endpoint stopped");
-            }
-        });
+        tokio::spawn(health::serve(listener, health, metrics));
     }
     Ok(observers)
 }

@@ -13,11 +13,11 @@ use super::health::Health;
 use super::metrics::Metrics;
 use super::pod_expectations::PodExpectations;
 use super::recreation_budget::RecreationBudget;
-use super::registry::{CredentialSource, Registries};
 use super::rule_index::{RuleChange, RuleIndex};
 use super::status_memory::StatusMemory;
 use super::{Options, Progress};
 use crate::api_requests::ApiRequests;
+use crate::registry::{CredentialSource, Registries};
 
 /// What the operator reports to: the probes, `/metrics`, and whoever waits on its progress.
 #[derive(Debug, Clone)]
@@ -68,7 +68,7 @@ impl Context {
         options: Options,
         caches: Caches,
         observers: Observers,
-    ) -> (Context, impl Future<Output = ()> + Send + 'static) {
+    ) -> anyhow::Result<(Context, impl Future<Output = ()> + Send + 'static)> {
         let health = Arc::clone(&observers.health);
         let (recorder, event_sender) =
             EventRecorder::new(client.clone(), move || health.reconciles_running() > 0);
@@ -77,14 +77,15 @@ impl Context {
             client,
             budget: RecreationBudget::new(options.max_recreates_per_minute),
             registries: Registries::new(
-                &options.insecure_registries,
+                options.reach(),
                 options
                     .registry_credentials
                     .as_ref()
                     .map_or(CredentialSource::NotConfigured, |s| {
                         CredentialSource::Pending(s.to_string())
                     }),
-            ),
+            )
+            .map_err(|e| anyhow::anyhow!(e))?,
             followed: FollowedTags::default(),
             options,
             caches,
@@ -95,7 +96,7 @@ impl Context {
             observers,
             mapping_status_due: Notify::new(),
         };
-        (ctx, event_sender)
+        Ok((ctx, event_sender))
     }
 
     /// Compiles the cached mappings and puts them in force.

@@ -14,9 +14,8 @@ use kube::{Api, Resource};
 
 use super::Context;
 use super::SecretName;
-use super::registry::CredentialSource;
 use super::watch_backoff::WatchBackoff;
-use crate::registry_credentials::RegistryCredentials;
+use crate::registry::{CredentialSource, RegistryCredentials};
 
 /// The reason of the Warning Event on a Secret that cannot be (fully) used.
 const UNUSABLE: &str = "RegistryCredentialsUnusable";
@@ -45,7 +44,10 @@ pub async fn run(ctx: Arc<Context>, secret: SecretName) {
                 // Until it is read once, tags wait for it; a Secret that cannot be read
                 // must not hold them up for ever.
                 if ctx.registries.source() == CredentialSource::Pending(secret.to_string()) {
-                    let why = format!("the operator cannot read it: {e}");
+                    let why = format!(
+                        "the operator cannot read it: {}",
+                        crate::excerpt::excerpt(&e.to_string())
+                    );
                     put_in_force(&ctx, &secret, None, read_failed(&secret, why)).await;
                 }
                 continue;
@@ -148,7 +150,7 @@ mod tests {
     use k8s_openapi::ByteString;
 
     use super::*;
-    use crate::registry_credentials::{SECRET_KEY, SECRET_TYPE};
+    use crate::registry::credentials::{SECRET_KEY, SECRET_TYPE};
 
     fn name() -> SecretName {
         SecretName {

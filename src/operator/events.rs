@@ -17,6 +17,7 @@ use kube::{Client, Resource};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::api::VirtualMachine;
+use crate::excerpt::cut_bytes;
 use crate::vm_plan::VmEvent;
 
 /// The API server refuses Event notes over 1 KiB.
@@ -28,19 +29,6 @@ const QUEUE: usize = 16_384;
 const SENDERS: usize = 8;
 /// The controller named in every Event.
 const CONTROLLER: &str = "imagemap.dev/operator";
-
-/// `text` cut to at most `limit` bytes on a character boundary, with an ellipsis when cut.
-fn truncate_note(text: &str, limit: usize) -> String {
-    const ELLIPSIS: &str = "…";
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    let mut end = limit.saturating_sub(ELLIPSIS.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{ELLIPSIS}", &text[..end])
-}
 
 /// The Event recording `ev` on the object `regarding`, by `instance`.
 fn event(ev: &VmEvent, regarding: ObjectReference, instance: &str, now: Timestamp) -> Event {
@@ -56,7 +44,7 @@ fn event(ev: &VmEvent, regarding: ObjectReference, instance: &str, now: Timestam
         },
         action: Some(ev.reason.into()),
         reason: Some(ev.reason.into()),
-        note: Some(truncate_note(&ev.message, NOTE_LIMIT)),
+        note: Some(cut_bytes(&ev.message, NOTE_LIMIT)),
         type_: Some(if ev.warning { "Warning" } else { "Normal" }.into()),
         event_time: Some(MicroTime(now)),
         regarding: Some(regarding),
@@ -169,16 +157,6 @@ async fn create(client: &Client, event: &Event) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn notes_are_cut_to_bytes_on_a_character_boundary() {
-        assert_eq!(truncate_note("short", 1024), "short");
-        let long = "é".repeat(600); // 1200 bytes
-        let cut = truncate_note(&long, 1024);
-        assert!(cut.len() <= 1024, "{}", cut.len());
-        assert!(cut.ends_with('…'));
-        assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
-    }
 
     #[test]
     fn an_event_names_its_vm_and_its_reporter() {

@@ -1,8 +1,11 @@
 //! The tags VMs follow (`followTag`), the digest each points to, and which VMs use it.
-//! Reconciles say which references a VM follows; the tag follower checks each distinct
-//! reference once per interval, however many VMs use it, and learns which VMs to reconcile
-//! when its digest moved. A failed check never drops a known digest: running pods are never
-//! touched because a registry misbehaves.
+//! Reconciles say which references a VM follows, and for whom: a tag a ClusterImageMapping
+//! rule follows is the cluster's, one an ImageMapping rule follows is its namespace's — each
+//! checked on its own, with the credentials that serve its follower and within its
+//! follower's share of the checks. The tag follower checks each distinct followed tag once
+//! per interval, however many VMs use it, and learns which VMs to reconcile when its digest
+//! moved. A failed check never drops a known digest: running pods are never touched because
+//! a registry misbehaves.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -12,6 +15,51 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
 use crate::api::VirtualMachine;
+use crate::registry::RegistryError;
+use crate::rules::{MappingKey, RuleRef, Scope};
+
+/// Whose rule follows a tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FollowedBy {
+    /// A ClusterImageMapping's (a cluster administrator wrote it).
+    Cluster,
+    /// An ImageMapping's, in this namespace.
+    Namespace(String),
+}
+
+/// A followed tag: the reference (`registry/repository:tag`) and whose rule follows it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Followed {
+    pub reference: String,
+    pub by: FollowedBy,
+}
+
+impl Followed {
+    /// `reference`, followed by the rule `rule` (a followed slot always has one).
+    pub fn of(reference: &str, rule: Option<&RuleRef>) -> Followed {
+        match rule {
+            Some(r) => Self::of_mapping(&r.mapping, reference),
+            None => Followed {
+                reference: reference.to_string(),
+                by: FollowedBy::Cluster,
+            },
+        }
+    }
+
+    /// `reference`, followed by a rule of `mapping`.
+    pub fn of_mapping(mapping: &MappingKey, reference: &str) -> Followed {
+        let by = match mapping.scope {
+            Scope::Namespaced => {
+                FollowedBy::Namespace(mapping.namespace.clone().unwrap_or_default())
+            }
+            Scope::Cluster => FollowedBy::Cluster,
+        };
+        Followed {
+            reference: reference.to_string(),
+            by,
+        }
+    }
+}
 
 /// What is known of one followed reference (`registry/repository:tag`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +70,7 @@ pub enum Lookup {
     /// digest known.
     Known {
         digest: Option<String>,
-        error: Option<String>,
+        error: Option<RegistryError>,
     },
 }
 
@@ -31,7 +79,7 @@ struct TagState {
     users: HashSet<ObjectRef<VirtualMachine>>,
     /// Both `None`: never answered yet.
     digest: Option<String>,
-    error: Option<String>,
+    error: Option<RegistryError>,
     next_check: Instant,
     failures: u32,
     /// A check is under way.
@@ -70,8 +118,8 @@ pub struct FollowedTags {
 
 #[derive(Debug, Default)]
 struct Inner {
-    by_vm: HashMap<ObjectRef<VirtualMachine>, Vec<String>>,
-    tags: HashMap<String, TagState>,
+    by_vm: HashMap<ObjectRef<VirtualMachine>, Vec<Followed>>,
+    tags: HashMap<Followed, TagState>,
     /// When the follower means to look again (`None`: after a full interval, or it is
     /// looking now): an answer due earlier wakes it, a later one need not.
     wake_at: Option<Instant>,
@@ -87,9 +135,9 @@ impl FollowedTags {
     pub fn follow(
         &self,
         vm: &ObjectRef<VirtualMachine>,
-        references: Vec<String>,
+        references: Vec<Followed>,
         now: Instant,
-    ) -> Vec<(String, Lookup)> {
+    ) -> Vec<(Followed, Lookup)> {
         let mut inner = self.lock();
         // Every reconcile comes here; most VMs follow nothing, and the others the same
         // references as last time.
@@ -164,7 +212,7 @@ impl FollowedTags {
 
     /// Takes the references due for a check at `now` (each is then under way until
     /// [`Self::checked`]), and says when the next one not under way is due after them.
-    pub fn take_due(&self, now: Instant) -> (Vec<String>, Option<Instant>) {
+    pub fn take_due(&self, now: Instant) -> (Vec<Followed>, Option<Instant>) {
         let mut inner = self.lock();
         let mut due = Vec::new();
         let mut next: Option<Instant> = None;
@@ -189,8 +237,8 @@ impl FollowedTags {
     /// answer, an error appearing, changing or clearing).
     pub fn checked(
         &self,
-        reference: &str,
-        result: Result<String, String>,
+        reference: &Followed,
+        result: Result<String, RegistryError>,
         now: Instant,
         interval: Duration,
     ) -> Vec<ObjectRef<VirtualMachine>> {
@@ -238,21 +286,26 @@ impl FollowedTags {
     }
 
     /// Whether `reference` is followed (by any VM).
-    pub fn follows(&self, reference: &str) -> bool {
+    pub fn follows(&self, reference: &Followed) -> bool {
         self.lock().tags.contains_key(reference)
     }
 
-    /// Makes `reference` due at once, or right after the check under way (a push
-    /// notification named it); whether it is followed.
+    /// Makes `reference` due at once for every follower, or right after the check under
+    /// way (a push notification named it) — unless its last check failed: a notification
+    /// (which anyone holding the token can send) never cuts a failing registry's backoff
+    /// short. Whether it is followed.
     pub fn check_now(&self, reference: &str, now: Instant) -> bool {
         let mut inner = self.lock();
-        match inner.tags.get_mut(reference) {
-            Some(state) => {
-                state.due_now(now);
-                true
+        let mut followed = false;
+        for (key, state) in &mut inner.tags {
+            if key.reference == reference {
+                followed = true;
+                if state.failures == 0 {
+                    state.due_now(now);
+                }
             }
-            None => false,
         }
+        followed
     }
 
     /// Makes every followed reference due at once (the credentials they are checked with
@@ -271,7 +324,7 @@ impl FollowedTags {
     }
 
     /// The digest `reference` pointed to at its last successful check.
-    pub fn digest(&self, reference: &str) -> Option<String> {
+    pub fn digest(&self, reference: &Followed) -> Option<String> {
         self.lock()
             .tags
             .get(reference)
@@ -297,7 +350,7 @@ fn later(now: Instant, wait: Duration) -> Instant {
 }
 
 impl Inner {
-    fn release(&mut self, vm: &ObjectRef<VirtualMachine>, reference: &str) {
+    fn release(&mut self, vm: &ObjectRef<VirtualMachine>, reference: &Followed) {
         if let Some(state) = self.tags.get_mut(reference) {
             state.users.remove(vm);
             if state.users.is_empty() {
@@ -311,8 +364,29 @@ impl Inner {
 mod tests {
     use super::*;
 
+    impl From<&str> for Followed {
+        fn from(reference: &str) -> Followed {
+            k(reference)
+        }
+    }
+
+    fn k(reference: &str) -> Followed {
+        Followed {
+            reference: reference.into(),
+            by: FollowedBy::Cluster,
+        }
+    }
+
     const R: &str = "local:5000/app:dev";
     const S: Duration = Duration::from_secs(30);
+
+    fn failed(why: &str) -> RegistryError {
+        RegistryError {
+            reference: R.into(),
+            cause: crate::registry::Cause::Unreachable(why.into()),
+            asked_as: None,
+        }
+    }
 
     fn vm(name: &str) -> ObjectRef<VirtualMachine> {
         ObjectRef::new(name).within("dev")
@@ -324,19 +398,23 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..1000 {
             let lookups = tags.follow(&vm(&format!("vm-{i}")), vec![R.into()], t0);
-            assert_eq!(lookups, [(R.to_string(), Lookup::Pending)]);
+            assert_eq!(lookups, [(k(R), Lookup::Pending)]);
         }
         assert_eq!(tags.len(), 1);
-        assert_eq!(tags.take_due(t0).0, [R]);
-        let users = tags.checked(R, Ok("sha256:1".into()), t0, S);
+        assert_eq!(tags.take_due(t0).0, [k(R)]);
+        let users = tags.checked(&k(R), Ok("sha256:1".into()), t0, S);
         assert_eq!(users.len(), 1000, "the first answer reaches every user");
         assert_eq!(tags.take_due(t0 + S / 2), (vec![], Some(t0 + S)));
-        assert_eq!(tags.take_due(t0 + S).0, [R]);
+        assert_eq!(tags.take_due(t0 + S).0, [k(R)]);
         // The same digest again: nobody to reconcile.
-        assert!(tags.checked(R, Ok("sha256:1".into()), t0 + S, S).is_empty());
+        assert!(
+            tags.checked(&k(R), Ok("sha256:1".into()), t0 + S, S)
+                .is_empty()
+        );
         // It moved: every user.
         assert_eq!(
-            tags.checked(R, Ok("sha256:2".into()), t0 + S * 2, S).len(),
+            tags.checked(&k(R), Ok("sha256:2".into()), t0 + S * 2, S)
+                .len(),
             1000
         );
         assert_eq!(
@@ -353,30 +431,30 @@ mod tests {
         let tags = FollowedTags::default();
         let t0 = Instant::now();
         tags.follow(&vm("a"), vec![R.into()], t0);
-        tags.checked(R, Ok("sha256:1".into()), t0, S);
-        let users = tags.checked(R, Err("connection refused".into()), t0 + S, S);
+        tags.checked(&k(R), Ok("sha256:1".into()), t0, S);
+        let users = tags.checked(&k(R), Err(failed("connection refused")), t0 + S, S);
         assert_eq!(users, [vm("a")], "the error is news");
         assert_eq!(
             tags.follow(&vm("a"), vec![R.into()], t0)[0].1,
             Lookup::Known {
                 digest: Some("sha256:1".into()),
-                error: Some("connection refused".into())
+                error: Some(failed("connection refused"))
             }
         );
         assert_eq!(tags.take_due(t0 + S).1, Some(t0 + S + S * 2));
         assert!(
-            tags.checked(R, Err("connection refused".into()), t0 + S * 3, S)
+            tags.checked(&k(R), Err(failed("connection refused")), t0 + S * 3, S)
                 .is_empty()
         );
         assert_eq!(tags.take_due(t0 + S * 3).1, Some(t0 + S * 3 + S * 4));
         // Another error is news too: the VMs say what is wrong now.
         assert_eq!(
-            tags.checked(R, Err("denied".into()), t0 + S * 7, S),
+            tags.checked(&k(R), Err(failed("denied")), t0 + S * 7, S),
             [vm("a")]
         );
         // Answering again clears the error, and a move meanwhile is followed.
         assert_eq!(
-            tags.checked(R, Ok("sha256:3".into()), t0 + S * 9, S),
+            tags.checked(&k(R), Ok("sha256:3".into()), t0 + S * 9, S),
             [vm("a")]
         );
     }
@@ -402,8 +480,8 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(tags.check_all_now(t0), 0);
         tags.follow(&vm("a"), vec![R.into(), "local:5000/other:dev".into()], t0);
-        tags.checked(R, Ok("sha256:1".into()), t0, S);
-        tags.checked("local:5000/other:dev", Err("denied".into()), t0, S);
+        tags.checked(&k(R), Ok("sha256:1".into()), t0, S);
+        tags.checked(&k("local:5000/other:dev"), Err(failed("denied")), t0, S);
         assert!(tags.take_due(t0 + S / 2).0.is_empty());
         assert_eq!(tags.check_all_now(t0 + S / 2), 2);
         assert_eq!(tags.take_due(t0 + S / 2).0.len(), 2);
@@ -414,14 +492,14 @@ mod tests {
         let tags = FollowedTags::default();
         let t0 = Instant::now();
         tags.follow(&vm("a"), vec![R.into()], t0);
-        assert_eq!(tags.take_due(t0).0, [R]);
+        assert_eq!(tags.take_due(t0).0, [k(R)]);
         // Under way (a slow registry): not due again, and not counted as next.
         assert_eq!(tags.take_due(t0 + S * 10), (vec![], None));
         // A push while it is under way: due as soon as it ends, not an interval later.
         assert!(tags.check_now(R, t0 + S));
-        tags.checked(R, Ok("sha256:1".into()), t0 + S * 2, S);
-        assert_eq!(tags.take_due(t0 + S * 2).0, [R]);
-        tags.checked(R, Ok("sha256:2".into()), t0 + S * 3, S);
+        tags.checked(&k(R), Ok("sha256:1".into()), t0 + S * 2, S);
+        assert_eq!(tags.take_due(t0 + S * 2).0, [k(R)]);
+        tags.checked(&k(R), Ok("sha256:2".into()), t0 + S * 3, S);
         assert_eq!(tags.take_due(t0 + S * 3), (vec![], Some(t0 + S * 4)));
     }
 
@@ -440,18 +518,62 @@ mod tests {
         assert!(woken(&tags).await, "fresh references");
         tags.take_due(t0);
         // Nothing else planned: the first answer wakes the follower...
-        tags.checked(O, Ok("sha256:1".into()), t0, S);
+        tags.checked(&k(O), Ok("sha256:1".into()), t0, S);
         assert!(woken(&tags).await);
         // ...one due after what it now plans for does not...
-        tags.checked(R, Ok("sha256:1".into()), t0, S * 10);
+        tags.checked(&k(R), Ok("sha256:1".into()), t0, S * 10);
         assert!(!woken(&tags).await);
         // ...and one due before it does.
-        assert_eq!(
-            tags.take_due(t0 + S),
-            (vec![O.to_string()], Some(t0 + S * 10))
-        );
-        tags.checked(O, Ok("sha256:1".into()), t0 + S, S);
+        assert_eq!(tags.take_due(t0 + S), (vec![k(O)], Some(t0 + S * 10)));
+        tags.checked(&k(O), Ok("sha256:1".into()), t0 + S, S);
         assert!(woken(&tags).await);
+    }
+
+    #[test]
+    fn a_notification_never_cuts_a_failing_tags_backoff_short() {
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        tags.follow(&vm("a"), vec![R.into()], t0);
+        tags.take_due(t0);
+        tags.checked(&k(R), Err(failed("refused")), t0, S);
+        assert!(tags.check_now(R, t0 + S), "followed");
+        assert_eq!(tags.take_due(t0 + S), (vec![], Some(t0 + S * 2)));
+        // Answering again, a push is checked at once.
+        assert_eq!(tags.take_due(t0 + S * 2).0, [k(R)]);
+        tags.checked(&k(R), Ok("sha256:1".into()), t0 + S * 2, S);
+        assert!(tags.check_now(R, t0 + S * 2));
+        assert_eq!(tags.take_due(t0 + S * 2).0, [k(R)]);
+    }
+
+    #[test]
+    fn one_tag_followed_by_the_cluster_and_by_a_namespace_is_two_checks() {
+        use crate::rules::MatchKind;
+        let rule = |scope, namespace: Option<&str>| RuleRef {
+            mapping: MappingKey {
+                scope,
+                namespace: namespace.map(str::to_string),
+                name: "m".into(),
+            },
+            index: 0,
+            kind: MatchKind::Repository,
+        };
+        let cluster = Followed::of(R, Some(&rule(Scope::Cluster, None)));
+        let tenant = Followed::of(R, Some(&rule(Scope::Namespaced, Some("dev"))));
+        assert_eq!(cluster.by, FollowedBy::Cluster);
+        assert_eq!(tenant.by, FollowedBy::Namespace("dev".into()));
+        let tags = FollowedTags::default();
+        let t0 = Instant::now();
+        tags.follow(&vm("a"), vec![cluster.clone(), tenant.clone()], t0);
+        let mut due = tags.take_due(t0).0;
+        due.sort();
+        assert_eq!(due, [cluster.clone(), tenant.clone()]);
+        tags.checked(&cluster, Ok("sha256:1".into()), t0, S);
+        assert_eq!(tags.digest(&cluster).as_deref(), Some("sha256:1"));
+        assert_eq!(tags.digest(&tenant), None, "answers are not shared");
+        // A push names the reference: both are checked.
+        tags.checked(&tenant, Ok("sha256:1".into()), t0, S);
+        assert!(tags.check_now(R, t0 + S / 2));
+        assert_eq!(tags.take_due(t0 + S / 2).0.len(), 2);
     }
 
     #[test]
@@ -460,7 +582,7 @@ mod tests {
         let t0 = Instant::now();
         tags.follow(&vm("a"), vec![R.into()], t0);
         tags.take_due(t0);
-        tags.checked(R, Err("refused".into()), t0, Duration::MAX);
+        tags.checked(&k(R), Err(failed("refused")), t0, Duration::MAX);
         assert!(tags.take_due(t0 + S).0.is_empty());
     }
 }

@@ -186,11 +186,7 @@ fn respond(result: Result<(), String>) -> Response<Full<Bytes>> {
 }
 
 /// Serves the probes and the metrics on `listener` until the future is dropped.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    health: Arc<Health>,
-    metrics: Arc<Metrics>,
-) -> std::io::Result<()> {
+pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>, metrics: Arc<Metrics>) {
     super::http_endpoint::serve(listener, "/livez, /readyz and /metrics", move |req| {
         let response = match req.uri().path() {
             "/livez" | "/healthz" => respond(health.live()),
@@ -209,7 +205,7 @@ pub async fn serve(
         };
         std::future::ready(response)
     })
-    .await
+    .await;
 }
 
 #[cfg(test)]

@@ -51,13 +51,14 @@ pub async fn report(ctx: Arc<Context>, mut unreadable: UnboundedReceiver<Unreada
             kind = %u.kind,
             namespace = ?meta.namespace,
             name = ?meta.name,
-            error = %u.object.error,
+            error = %crate::excerpt::excerpt(&u.object.error),
             "cannot read object; skipped until it is fixed"
         );
         ctx.observers.metrics.invalid_object();
         let message = format!(
             "imagemap cannot read this {}: {}; it is ignored until it is fixed",
-            u.kind, u.object.error
+            u.kind,
+            crate::excerpt::excerpt(&u.object.error)
         );
         ctx.recorder
             .warn(regarding(&u), INVALID_OBJECT, message)

@@ -11,6 +11,7 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
+use super::followed_tags::Followed;
 use super::writes::{Written, apply_status};
 use crate::api::{ClusterImageMapping, ImageMapping};
 use crate::conditions;
@@ -94,7 +95,10 @@ async fn write_statuses(ctx: &Context) -> usize {
         &views,
         &awaiting_restart(ctx, &views),
         &ctx.options.default_runner_image,
-        &|reference| ctx.followed.digest(reference),
+        &|mapping, reference| {
+            ctx.followed
+                .digest(&Followed::of_mapping(mapping, reference))
+        },
         &conditions::now(),
     );
     ctx.observers

@@ -32,11 +32,11 @@ mod progress;
 mod projection;
 mod push_endpoint;
 mod recreation_budget;
-pub(crate) mod registry;
 mod rule_index;
 mod rules_watcher;
 mod status_memory;
 mod tag_follower;
+mod token_file;
 mod trigger;
 mod vm_reconciler;
 mod watch_backoff;
@@ -58,9 +58,12 @@ use kube::{Client, Resource};
 
 pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
-pub use leader::{ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected};
+pub use leader::{
+    ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected, unique_identity,
+};
 pub use options::{DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretName};
 pub use progress::Progress;
+pub use token_file::TokenFile;
 pub use vm_reconciler::ReconcileError;
 pub use writes::FIELD_MANAGER;
 
@@ -223,7 +226,7 @@ pub async fn run_with(
     let health = Arc::clone(&observers.health);
     let watches = Watches::new(&client, &options, &health);
     let (vms, listed) = (watches.caches.vms.clone(), watches.caches.listed.clone());
-    let (ctx, event_sender) = Context::new(client, options, watches.caches, observers.clone());
+    let (ctx, event_sender) = Context::new(client, options, watches.caches, observers.clone())?;
     let ctx = Arc::new(ctx);
     let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
     let (rules_ready, rules_compiled) = tokio::sync::oneshot::channel();
@@ -253,11 +256,10 @@ pub async fn run_with(
             .await
             .map_err(|e| anyhow::anyhow!("--registry-notifications-addr {}: {e}", endpoint.addr))?;
         let (token, ctx) = (Arc::clone(&endpoint.token), Arc::clone(&ctx));
-        tasks.spawn("registry notifications", async move {
-            if let Err(e) = push_endpoint::serve(listener, token, ctx).await {
-                tracing::error!(error = %e, "registry notification endpoint stopped");
-            }
-        });
+        tasks.spawn(
+            "registry notification endpoint",
+            push_endpoint::serve(listener, token, ctx),
+        );
     }
     tasks.spawn(
         "pod watcher",

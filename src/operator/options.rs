@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::allowed_registries::AllowedRegistries;
+use crate::registry::Reach;
 use crate::rules::CompileOptions;
 use crate::vm_images;
 
@@ -12,8 +14,9 @@ pub struct Options {
     pub default_runner_image: String,
     /// Namespaces to act in; empty: all.
     pub namespaces: Vec<String>,
-    /// Registries rewrites may point to; `None`: any.
-    pub allowed_registries: Option<Vec<String>>,
+    /// Registries rewrites may point to and the operator may contact (with no list, it
+    /// follows no tag).
+    pub allowed_registries: AllowedRegistries,
     /// Most liveReload pod recreations per minute, over all VMs; 0: no limit.
     pub max_recreates_per_minute: u32,
     /// Most VM reconciles at once (and so API requests in flight for them).
@@ -27,6 +30,9 @@ pub struct Options {
     /// The `kubernetes.io/dockerconfigjson` Secret digest checks take credentials from;
     /// `None`: registries are asked anonymously.
     pub registry_credentials: Option<SecretName>,
+    /// Namespaces whose ImageMappings' followed tags are checked with the credentials too
+    /// (the ClusterImageMappings' always are).
+    pub registry_credentials_namespaces: Vec<String>,
 }
 
 /// A Secret the operator reads, by namespace and name.
@@ -42,20 +48,12 @@ impl std::fmt::Display for SecretName {
     }
 }
 
-/// The push notification endpoint: its address and the bearer token requests must carry.
-#[derive(Clone)]
+/// The push notification endpoint: its address and the file holding the bearer token
+/// requests must carry.
+#[derive(Debug, Clone)]
 pub struct RegistryNotifications {
     pub addr: String,
-    pub token: std::sync::Arc<str>,
-}
-
-impl std::fmt::Debug for RegistryNotifications {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistryNotifications")
-            .field("addr", &self.addr)
-            .field("token", &"<redacted>")
-            .finish()
-    }
+    pub token: std::sync::Arc<super::TokenFile>,
 }
 
 /// The default of [`Options::tag_poll_interval`].
@@ -69,13 +67,14 @@ impl Default for Options {
         Options {
             default_runner_image: vm_images::DEFAULT_RUNNER_IMAGE.into(),
             namespaces: Vec::new(),
-            allowed_registries: None,
+            allowed_registries: AllowedRegistries::any(),
             max_recreates_per_minute: 0,
             concurrency: DEFAULT_CONCURRENCY,
             tag_poll_interval: DEFAULT_TAG_POLL_INTERVAL,
             insecure_registries: Vec::new(),
             registry_notifications: None,
             registry_credentials: None,
+            registry_credentials_namespaces: Vec::new(),
         }
     }
 }
@@ -99,6 +98,17 @@ impl Options {
     pub fn compile_options(&self) -> CompileOptions {
         CompileOptions {
             allowed_registries: self.allowed_registries.clone(),
+            follow_needs_list: true,
+        }
+    }
+
+    /// Where digest checks may go.
+    #[must_use]
+    pub fn reach(&self) -> Reach {
+        Reach {
+            allowed: self.allowed_registries.clone(),
+            insecure: self.insecure_registries.clone(),
+            needs_list: true,
         }
     }
 }

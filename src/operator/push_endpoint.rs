@@ -1,7 +1,7 @@
 //! The endpoint registries post push notifications to (`--registry-notifications-*`):
 //! a pushed tag that VMs follow is checked at once instead of at the next poll. Requests
 //! must carry the configured bearer token; what they say is only a hint (see
-//! [`crate::registry_push`]).
+//! [`crate::registry::push`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,22 +13,19 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use super::Context;
 use super::http_endpoint::text;
-use crate::registry_push::{authorized, pushed_tags};
+use super::token_file::TokenFile;
+use crate::registry::push::{authorized, pushed_tags};
 
 /// The largest envelope read.
 const BODY_LIMIT: usize = 1 << 20;
 
 /// Serves notifications on `listener` until the operator stops.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    token: Arc<str>,
-    ctx: Arc<Context>,
-) -> std::io::Result<()> {
+pub async fn serve(listener: tokio::net::TcpListener, token: Arc<TokenFile>, ctx: Arc<Context>) {
     super::http_endpoint::serve(listener, "registry notifications", move |req| {
         let (token, ctx) = (Arc::clone(&token), Arc::clone(&ctx));
-        async move { handle(req, &token, &ctx).await }
+        async move { handle(req, &token.token(), &ctx).await }
     })
-    .await
+    .await;
 }
 
 async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<Full<Bytes>> {
@@ -54,7 +51,7 @@ async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<
     };
     let tags = match pushed_tags(&body.to_bytes()) {
         Ok(tags) => tags,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, crate::excerpt::excerpt(&e)),
     };
     let now = Instant::now();
     let mut followed = 0;

@@ -24,9 +24,10 @@ impl RuleIndex {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Compiles `inputs` and puts the result in force.
+    /// Compiles `inputs` (reusing the regexes the rules in force compiled) and puts the
+    /// result in force.
     pub fn recompile(&self, inputs: &[MappingInput], options: &CompileOptions) -> RuleChange {
-        let new = Arc::new(RuleSet::compile(inputs, options));
+        let new = Arc::new(RuleSet::compile_after(inputs, options, &self.current()));
         let mut guard = self.current.write().unwrap_or_else(PoisonError::into_inner);
         let old = std::mem::replace(&mut *guard, Arc::clone(&new));
         RuleChange { old, new }

@@ -3,10 +3,17 @@
 //! changed — a new digest, the first answer, an error appearing, changing or clearing. It
 //! starts once the registry credentials were read.
 //!
-//! Each check runs on its own, at most a few at a time per registry: a registry that is slow
-//! or never answers holds up only its own tags, never another registry's (nor a push
-//! notification's check of them). A ceiling over all registries bounds the connections
-//! held open; failing tags back off, so silent registries occupy little of it for long.
+//! Each check runs on its own, at most a few at a time per registry and follower (the
+//! cluster's rules, or one namespace's), and a few more per follower over all registries: a
+//! registry that is slow or never answers holds up only its own tags, never another
+//! registry's (nor a push notification's check of them), and no namespace takes more than
+//! its share of the ceiling over all, which bounds the connections held open. Failing tags
+//! back off, so silent registries occupy little of it for long.
+//!
+//! A tag is checked with the registry credentials only for the followers they serve: the
+//! cluster's rules, and the namespaces `--registry-credentials-namespaces` names. Others
+//! are asked anonymously — a tenant never reads another's private tags with the operator's
+//! credentials.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,15 +23,25 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::Context;
+use super::Options;
+use super::followed_tags::{Followed, FollowedBy};
 use super::jitter::jittered;
 use super::trigger::Trigger;
 use crate::reference::domain_of_normalized;
+use crate::registry::{Cause, Credentials, RegistryError};
 
-/// Most checks under way at one registry.
+/// Most checks under way at one registry, per follower.
 const CHECKS_PER_REGISTRY: usize = 4;
 
-/// Most checks under way over all registries.
+/// Most checks under way for one follower (the cluster's rules, or one namespace's).
+const CHECKS_PER_FOLLOWER: usize = 8;
+
+/// Most checks under way over all registries and followers.
 const CHECKS_IN_ALL: usize = 64;
+
+/// Whom the credentials Secret serves, as a refusal says it.
+const SERVED: &str =
+    "ClusterImageMapping rules (and the namespaces --registry-credentials-namespaces names) only";
 
 /// Runs until the operator stops.
 pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
@@ -32,16 +49,21 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
     // Checked without the credentials, a private registry's tags would be reported
     // unverified until they are read.
     ctx.registries.loaded().await;
-    let mut limits: HashMap<String, Arc<Semaphore>> = HashMap::new();
+    let mut registries: HashMap<(FollowedBy, String), Arc<Semaphore>> = HashMap::new();
+    let mut followers: HashMap<FollowedBy, Arc<Semaphore>> = HashMap::new();
     let all = Arc::new(Semaphore::new(CHECKS_IN_ALL));
     let mut checks = JoinSet::new();
     loop {
         let (due, next) = ctx.followed.take_due(Instant::now());
         for reference in due {
-            let limit = limits
-                .entry(domain_of_normalized(&reference).to_string())
+            let registry = domain_of_normalized(&reference.reference).to_string();
+            let limit = registries
+                .entry((reference.by.clone(), registry))
                 .or_insert_with(|| Arc::new(Semaphore::new(CHECKS_PER_REGISTRY)));
-            let (limit, all) = (Arc::clone(limit), Arc::clone(&all));
+            let share = followers
+                .entry(reference.by.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(CHECKS_PER_FOLLOWER)));
+            let (limit, share, all) = (Arc::clone(limit), Arc::clone(share), Arc::clone(&all));
             let (ctx, trigger) = (Arc::clone(&ctx), trigger.clone());
             checks.spawn(async move {
                 let under_way = UnderWay {
@@ -52,6 +74,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
                 };
                 // Never closed.
                 let _slot = limit.acquire_owned().await;
+                let _share = share.acquire_owned().await;
                 let _ceiling = all.acquire_owned().await;
                 check(under_way).await;
             });
@@ -61,8 +84,9 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
                 tracing::error!(error = %e, "a tag check ended abnormally");
             }
         }
-        // Registries with no check under way or waiting.
-        limits.retain(|_, limit| Arc::strong_count(limit) > 1);
+        // Registries and followers with no check under way or waiting.
+        registries.retain(|_, limit| Arc::strong_count(limit) > 1);
+        followers.retain(|_, share| Arc::strong_count(share) > 1);
         let wait = next.map_or(interval, |t| t.saturating_duration_since(Instant::now()));
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
@@ -76,14 +100,14 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
 struct UnderWay<'a> {
     ctx: &'a Context,
     trigger: &'a Trigger,
-    reference: &'a str,
+    reference: &'a Followed,
     answered: bool,
 }
 
 impl UnderWay<'_> {
     /// Records the answer and reconciles the VMs whose report it changes (a first answer
     /// lets the pods that waited for it be created).
-    fn answer(&mut self, result: Result<String, String>) {
+    fn answer(&mut self, result: Result<String, RegistryError>) {
         self.answered = true;
         let interval = self.ctx.options.tag_poll_interval;
         let users =
@@ -99,7 +123,11 @@ impl UnderWay<'_> {
 impl Drop for UnderWay<'_> {
     fn drop(&mut self) {
         if !self.answered {
-            self.answer(Err("the check ended before the registry answered".into()));
+            self.answer(Err(RegistryError {
+                reference: self.reference.reference.clone(),
+                cause: Cause::Interrupted,
+                asked_as: None,
+            }));
         }
     }
 }
@@ -112,10 +140,47 @@ async fn check(mut under_way: UnderWay<'_>) {
         under_way.answered = true;
         return;
     }
-    let result = ctx.registries.digest(reference).await;
+    let credentials = if served(&ctx.options, &reference.by) {
+        Credentials::InForce
+    } else {
+        Credentials::NotServed(SERVED)
+    };
+    let result = ctx
+        .registries
+        .digest(&reference.reference, &credentials)
+        .await;
     if let Err(e) = &result {
-        tracing::warn!(%reference, error = %e, "could not check a followed tag");
+        tracing::warn!(reference = %reference.reference, error = %e, "could not check a followed tag");
     }
     ctx.observers.metrics.tag_checked(result.is_ok());
     under_way.answer(result);
+}
+
+/// Whether the registry credentials serve `by`: the cluster's rules, and the namespaces the
+/// administrator named.
+fn served(options: &Options, by: &FollowedBy) -> bool {
+    match by {
+        FollowedBy::Cluster => true,
+        FollowedBy::Namespace(ns) => options.registry_credentials_namespaces.contains(ns),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_serve_the_cluster_and_the_namespaces_named() {
+        let options = Options {
+            registry_credentials_namespaces: vec!["ci".into()],
+            ..Options::default()
+        };
+        assert!(served(&options, &FollowedBy::Cluster));
+        assert!(served(&options, &FollowedBy::Namespace("ci".into())));
+        assert!(!served(&options, &FollowedBy::Namespace("dev".into())));
+        assert!(!served(
+            &Options::default(),
+            &FollowedBy::Namespace("ci".into())
+        ));
+    }
 }

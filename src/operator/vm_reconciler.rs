@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
-use super::followed_tags::Lookup;
+use super::followed_tags::{Followed, Lookup};
 use super::writes::{PodDeletion, Written, apply_status, create_pod, delete_pod, name_of};
 use crate::api::VirtualMachine;
 use crate::conditions;
@@ -77,7 +77,7 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
         .actions
         .iter()
         .any(|a| matches!(a, PodAction::Replace { .. }));
-    if replaces && let Err(wait) = ctx.budget.take() {
+    if replaces && let Err(wait) = ctx.budget.take(&namespace) {
         // The VM says so, and the pod stays until a recreation is free.
         let wait = wait.max(Duration::from_secs(1));
         tracing::info!(vm = %name_of(vm), ?wait, "recreation budget spent; waiting");
@@ -105,7 +105,7 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
 fn refusal(error: &kube::Error) -> Option<String> {
     match error {
         kube::Error::Api(s) if (400..500).contains(&s.code) && !matches!(s.code, 409 | 429) => {
-            Some(s.message.clone())
+            Some(crate::excerpt::excerpt(&s.message))
         }
         _ => None,
     }
@@ -128,7 +128,10 @@ fn observe_and_plan(
     );
     // Followed tags: the first answer of the registry is awaited (the follower reconciles
     // the VM with it); after that the last known digest pins the pod.
-    let mut followed: Vec<String> = resolution.followed().map(str::to_string).collect();
+    let mut followed: Vec<Followed> = resolution
+        .following()
+        .map(|(reference, rule)| Followed::of(reference, rule))
+        .collect();
     followed.sort();
     followed.dedup();
     let lookups = ctx.followed.follow(
@@ -144,9 +147,14 @@ fn observe_and_plan(
         .as_ref()
         .map_or(&[][..], |s| &s.resolved_images[..]);
     resolution.pin(
-        |reference| match lookups.iter().find(|(r, _)| r == reference) {
-            Some((_, Lookup::Known { digest, error })) => (digest.clone(), error.clone()),
-            _ => (None, None),
+        |reference, rule| {
+            let key = Followed::of(reference, rule);
+            match lookups.iter().find(|(r, _)| *r == key) {
+                Some((_, Lookup::Known { digest, error })) => {
+                    (digest.clone(), error.as_ref().map(ToString::to_string))
+                }
+                _ => (None, None),
+            }
         },
         previous,
     );

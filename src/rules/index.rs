@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use regex::{Regex, RegexSet};
+use regex::{Regex, RegexSet, RegexSetBuilder};
 
 use crate::reference::Reference;
 
@@ -56,6 +56,9 @@ impl Bucket {
 
 type Map = foldhash::HashMap<String, Bucket>;
 
+/// The compiled size of one group's regex set; a larger group matches regex by regex.
+const SET_LIMIT: usize = 4 << 20;
+
 /// Every rule of a rule set, indexed.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
@@ -89,8 +92,12 @@ struct RegexGroup {
 impl RegexGroup {
     fn finish(&mut self) {
         if !self.regexes.is_empty() {
-            // A set too large for the regex size limit falls back to matching one by one.
-            self.set = RegexSet::new(self.regexes.iter().map(Regex::as_str)).ok();
+            // A set past its size limit falls back to matching one by one.
+            self.set = RegexSetBuilder::new(self.regexes.iter().map(Regex::as_str))
+                .size_limit(SET_LIMIT)
+                .dfa_size_limit(super::regex_cost::DFA_CACHE_LIMIT)
+                .build()
+                .ok();
         }
     }
 
@@ -153,7 +160,7 @@ impl Index {
             Pattern::Repository(k) => (&mut self.literal, k, LiteralKind::Repository),
             Pattern::Prefix(k) => (&mut self.literal, k, LiteralKind::Prefix),
             Pattern::Wildcard(k) => (&mut self.wildcard, k, LiteralKind::Wildcard),
-            Pattern::Regex(re) => {
+            Pattern::Regex(re, _) => {
                 let slot = scope as usize;
                 if self.regex.len() <= slot {
                     self.regex.resize_with(slot + 1, || None);
@@ -310,6 +317,6 @@ pub(crate) fn matches(pattern: &Pattern, r: &Reference) -> Option<usize> {
             (!host.starts_with('[') && host.len() > suffix.len() && host.ends_with(suffix.as_str()))
                 .then_some(host.len())
         }
-        Pattern::Regex(re) => re.is_match(r.as_str()).then_some(0),
+        Pattern::Regex(re, _) => re.is_match(r.as_str()).then_some(0),
     }
 }

@@ -13,6 +13,7 @@ mod mapping;
 mod pattern;
 mod precedence;
 mod problem;
+mod regex_cost;
 mod rewrite;
 
 use std::collections::BTreeMap;
@@ -20,7 +21,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
-use crate::reference::{self, Reference};
+use crate::allowed_registries::AllowedRegistries;
+use crate::reference::Reference;
 
 pub use mapping::{MappingInput, MappingKey, RuleRef, Scope};
 pub use pattern::{MatchKind, Pattern};
@@ -29,12 +31,18 @@ pub use rewrite::Action;
 
 use index::Index;
 use precedence::{Best, Rank};
+use regex_cost::{RegexBudget, RegexCache};
 
 /// Options that shape compilation.
 #[derive(Debug, Clone, Default)]
 pub struct CompileOptions {
-    /// Registries (`host[:port]` or `*.domain`) that rewrites may point to. `None`: any.
-    pub allowed_registries: Option<Vec<String>>,
+    /// Registries (`host[:port]` or `*.domain`) that rewrites may point to, and that
+    /// followed tags may be checked at.
+    pub allowed_registries: AllowedRegistries,
+    /// Whether `followTag` needs a list of allowed registries (the operator: it contacts
+    /// the registry it follows, and never one a tenant picked freely). `imagemap resolve`,
+    /// run on a user's own machine, follows tags anywhere.
+    pub follow_needs_list: bool,
 }
 
 /// Who requests an image: the VM's namespace, its labels and its namespace's labels.
@@ -87,7 +95,10 @@ pub struct RuleSet {
     rules: Vec<CompiledRule>,
     index: Index,
     problems: Vec<RuleProblem>,
-    allowed_registries: Option<Vec<String>>,
+    allowed_registries: AllowedRegistries,
+    follow_needs_list: bool,
+    /// The regexes this set compiled, for the next one to reuse.
+    regexes: RegexCache,
 }
 
 /// Why the winning rule produced no usable reference.
@@ -99,6 +110,9 @@ pub enum ResolveError {
     /// The result lies outside the operator's allowed registries.
     #[error("{0}")]
     DisallowedTarget(String),
+    /// The rule follows a tag, and the operator has no list of registries it may ask.
+    #[error("{0}")]
+    FollowRefused(String),
 }
 
 /// The outcome of resolving one reference.
@@ -125,25 +139,41 @@ impl RuleSet {
     /// the other rules of the same mapping still apply.
     #[must_use]
     pub fn compile(inputs: &[MappingInput], options: &CompileOptions) -> RuleSet {
+        Self::compile_after(inputs, options, &RuleSet::default())
+    }
+
+    /// [`RuleSet::compile`], reusing the regexes `previous` compiled: a recompile costs
+    /// what changed, not every regex again.
+    #[must_use]
+    pub fn compile_after(
+        inputs: &[MappingInput],
+        options: &CompileOptions,
+        previous: &RuleSet,
+    ) -> RuleSet {
         let mut set = RuleSet {
             allowed_registries: options.allowed_registries.clone(),
+            follow_needs_list: options.follow_needs_list,
+            regexes: RegexCache::after(&previous.regexes),
             ..RuleSet::default()
         };
         let mut order: Vec<&MappingInput> = inputs.iter().collect();
         order.sort_by(|a, b| {
             (a.scope, &a.namespace, &a.name).cmp(&(b.scope, &b.namespace, &b.name))
         });
+        let mut budget = RegexBudget::default();
         for input in order {
-            set.add_mapping(input);
+            set.add_mapping(input, &mut budget);
         }
         set.index.finish();
+        set.regexes.finish();
         set.find_static_conflicts();
         set.problems.sort();
         set.problems.dedup();
         set
     }
 
-    fn add_mapping(&mut self, input: &MappingInput) {
+    fn add_mapping(&mut self, input: &MappingInput, budget: &mut RegexBudget) {
+        budget.next_mapping();
         let key = MappingKey {
             scope: input.scope,
             namespace: match input.scope {
@@ -179,19 +209,28 @@ impl RuleSet {
             self.problem(&key, Some(MAX_RULES), detail);
         }
         for (index, rule) in input.rules.iter().enumerate().take(MAX_RULES) {
-            let compiled = Pattern::compile(&rule.match_).and_then(|pattern| {
-                let action = Action::compile(rule, &pattern)?;
+            let compiled =
+                Pattern::compile_with(&rule.match_, &mut self.regexes).and_then(|pattern| {
+                    let action = Action::compile(rule, &pattern)?;
+                    Ok((pattern, action))
+                });
+            let charged = compiled.and_then(|(pattern, action)| {
+                budget.charge(key.namespace.as_deref(), pattern.cost())?;
                 Ok((pattern, action))
             });
-            let (pattern, action) = match compiled {
+            let (pattern, action) = match charged {
                 Ok(c) => c,
                 Err(message) => {
                     self.problem(&key, Some(index), ProblemDetail::InvalidRule(message));
                     continue;
                 }
             };
+            if action.follows_tag() && self.follow_refused() {
+                // Kept: its VMs say why their images do not resolve.
+                self.problem(&key, Some(index), ProblemDetail::FollowWithoutAllowList);
+            }
             if let Some(registry) = action.static_domain()
-                && !self.registry_allowed(&registry)
+                && !self.allowed_registries.allows(&registry)
             {
                 self.problem(
                     &key,
@@ -253,19 +292,9 @@ impl RuleSet {
         }
     }
 
-    fn registry_allowed(&self, domain: &str) -> bool {
-        let Some(allowed) = &self.allowed_registries else {
-            return true;
-        };
-        let host = reference::host_of(domain);
-        allowed.iter().any(|a| match a.strip_prefix("*.") {
-            Some(suffix) => {
-                host.len() > suffix.len() + 1
-                    && host.ends_with(suffix)
-                    && host[..host.len() - suffix.len()].ends_with('.')
-            }
-            None => a == domain || a == host,
-        })
+    /// Whether `followTag` rules are refused: the operator may contact no registry.
+    fn follow_refused(&self) -> bool {
+        self.follow_needs_list && !self.allowed_registries.is_listed()
     }
 
     fn applies(&self, id: RuleId, who: &Requester<'_>, mode: Mode) -> bool {
@@ -357,9 +386,24 @@ impl RuleSet {
             .action
             .apply(r, &rule.pattern)
             .map_err(ResolveError::InvalidRewrite)?;
-        if out.domain() != r.domain() && !self.registry_allowed(out.domain()) {
+        let follows = rule.action.follows_tag();
+        if follows && self.follow_refused() {
+            return Err(ResolveError::FollowRefused(format!(
+                "{out} is to be followed by tag, but the operator was started without \
+                 --allowed-registries: it asks no registry a rule names until that list names it"
+            )));
+        }
+        // A followed result's registry is contacted: it must be allowed even when the
+        // rule keeps the requested one.
+        if (follows || out.domain() != r.domain()) && !self.allowed_registries.allows(out.domain())
+        {
+            let what = if follows {
+                "following its tag would ask"
+            } else {
+                "it points to"
+            };
             return Err(ResolveError::DisallowedTarget(format!(
-                "rewrite to {out} points to registry {}, which is not in the operator's allowed registries",
+                "rewrite to {out}: {what} registry {}, which is not in the operator's allowed registries",
                 out.domain()
             )));
         }

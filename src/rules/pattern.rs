@@ -36,8 +36,8 @@ pub enum Pattern {
     Prefix(String),
     /// `*.example.com`, stored as `.example.com`.
     Wildcard(String),
-    /// The user's pattern wrapped in `^(?:…)$`.
-    Regex(Regex),
+    /// The user's pattern wrapped in `^(?:…)$`, and the memory it takes.
+    Regex(Regex, usize),
 }
 
 impl Pattern {
@@ -46,12 +46,28 @@ impl Pattern {
             Pattern::Exact(_) => MatchKind::Exact,
             Pattern::Repository(_) => MatchKind::Repository,
             Pattern::Prefix(_) | Pattern::Wildcard(_) => MatchKind::Prefix,
-            Pattern::Regex(_) => MatchKind::Regex,
+            Pattern::Regex(..) => MatchKind::Regex,
+        }
+    }
+
+    /// The memory a regex takes (0 for the other kinds, which cost their text).
+    pub fn cost(&self) -> usize {
+        match self {
+            Pattern::Regex(_, cost) => *cost,
+            _ => 0,
         }
     }
 
     /// Validates a rule's `match`. The error says what to write instead.
     pub fn compile(m: &RuleMatch) -> Result<Pattern, String> {
+        Self::compile_with(m, &mut super::regex_cost::RegexCache::default())
+    }
+
+    /// [`Pattern::compile`], taking regexes from `cache` when it compiled them already.
+    pub fn compile_with(
+        m: &RuleMatch,
+        cache: &mut super::regex_cost::RegexCache,
+    ) -> Result<Pattern, String> {
         let set: Vec<(&str, &String)> = [
             ("exact", &m.exact),
             ("repository", &m.repository),
@@ -93,9 +109,10 @@ impl Pattern {
                 Ok(Pattern::Repository(r.name().to_string()))
             }
             "prefix" => compile_prefix(value),
-            _ => Regex::new(&format!("^(?:{value})$"))
-                .map(Pattern::Regex)
-                .map_err(|e| format!("match.regex {value:?} is not a valid RE2 expression: {e}")),
+            _ => cache
+                .compile(&format!("^(?:{value})$"))
+                .map(|(regex, cost)| Pattern::Regex(regex, cost))
+                .map_err(|e| format!("match.regex {:?} {e}", crate::excerpt::excerpt(value))),
         }
     }
 }
@@ -158,7 +175,7 @@ mod tests {
         Pattern::compile(&m(kind, v)).map(|p| match p {
             Pattern::Exact(k) | Pattern::Repository(k) | Pattern::Prefix(k) => k,
             Pattern::Wildcard(k) => format!("*{k}"),
-            Pattern::Regex(r) => r.as_str().to_string(),
+            Pattern::Regex(r, _) => r.as_str().to_string(),
         })
     }
 

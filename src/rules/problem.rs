@@ -11,6 +11,7 @@ pub enum ProblemReason {
     InvalidRule,
     Conflict,
     DisallowedTarget,
+    AllowedRegistriesRequired,
 }
 
 impl ProblemReason {
@@ -20,6 +21,9 @@ impl ProblemReason {
             ProblemReason::InvalidRule => crate::conditions::reason::INVALID_RULE,
             ProblemReason::Conflict => crate::conditions::reason::CONFLICT,
             ProblemReason::DisallowedTarget => crate::conditions::reason::DISALLOWED_TARGET,
+            ProblemReason::AllowedRegistriesRequired => {
+                crate::conditions::reason::ALLOWED_REGISTRIES_REQUIRED
+            }
         }
     }
 }
@@ -35,6 +39,8 @@ pub enum ProblemDetail {
     InvalidRule(String),
     /// The rule rewrites to a registry outside the operator's allowed registries.
     DisallowedTarget { registry: String },
+    /// The rule follows tags, and the operator was started without `--allowed-registries`.
+    FollowWithoutAllowList,
     /// Another rule (and `more` others) has the same match, priority and selectors but a
     /// different result: they conflict for every VM either applies to.
     SameMatch { other: RuleRef, more: usize },
@@ -57,6 +63,7 @@ impl ProblemDetail {
             | ProblemDetail::TooManyRules { .. }
             | ProblemDetail::InvalidRule(_) => ProblemReason::InvalidRule,
             ProblemDetail::DisallowedTarget { .. } => ProblemReason::DisallowedTarget,
+            ProblemDetail::FollowWithoutAllowList => ProblemReason::AllowedRegistriesRequired,
             ProblemDetail::SameMatch { .. } | ProblemDetail::TiedOnVm { .. } => {
                 ProblemReason::Conflict
             }
@@ -89,6 +96,10 @@ impl fmt::Display for ProblemDetail {
             ProblemDetail::DisallowedTarget { registry } => write!(
                 f,
                 "rewrites to registry {registry}, which is not in the operator's allowed registries"
+            ),
+            ProblemDetail::FollowWithoutAllowList => f.write_str(
+                "followTag is refused: the operator was started without --allowed-registries, \
+                 and asks no registry a rule names until that list names it",
             ),
             ProblemDetail::SameMatch { other, more: 0 } => write!(
                 f,

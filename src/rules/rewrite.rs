@@ -68,7 +68,7 @@ impl Action {
                     }
                     Target::Host(to.clone())
                 }
-                Pattern::Regex(_) => Target::Template(to.clone()),
+                Pattern::Regex(..) => Target::Template(to.clone()),
             }),
         };
         if rule.follow_tag && rule.digest.is_some() {
@@ -137,7 +137,7 @@ impl Action {
                 };
                 parse_result(&text)?
             }
-            (Some(Target::Template(t)), Pattern::Regex(re)) => {
+            (Some(Target::Template(t)), Pattern::Regex(re, _)) => {
                 let caps = re
                     .captures(r.as_str())
                     .ok_or_else(|| "regex did not match during rewrite".to_string())?;

@@ -4,6 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 
 use super::*;
+use crate::allowed_registries::AllowedRegistries;
 use crate::api::{MappingRule, RuleMatch};
 
 fn rule(kind: &str, pattern: &str, to: Option<&str>) -> MappingRule {
@@ -438,7 +439,8 @@ fn allowed_registries_refuse_other_targets() {
         ],
     )];
     let options = CompileOptions {
-        allowed_registries: Some(vec!["ok.io".into(), "*.mirror.io".into()]),
+        allowed_registries: AllowedRegistries::only(vec!["ok.io".into(), "*.mirror.io".into()]),
+        follow_needs_list: true,
     };
     let set = RuleSet::compile(&inputs, &options);
     assert_eq!(set.problems()[0].reason(), ProblemReason::DisallowedTarget);
@@ -461,6 +463,119 @@ fn allowed_registries_refuse_other_targets() {
             .contains("not in the operator's allowed registries")
     );
     assert_eq!(resolve("d").unwrap().to_string(), "x.mirror.io/d");
+}
+
+fn follow(kind: &str, pattern: &str, to: Option<&str>) -> MappingRule {
+    MappingRule {
+        follow_tag: true,
+        ..rule(kind, pattern, to)
+    }
+}
+
+#[test]
+fn a_followed_result_must_be_at_an_allowed_registry_even_when_the_rule_keeps_it() {
+    let inputs = vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            follow("repository", "10.0.0.1:5000/app", None),
+            follow("regex", "svc\\.other\\.svc/(.*)", None),
+            follow("prefix", "ok.io", None),
+            follow("exact", "metadata.internal/x:1", None),
+        ],
+    )];
+    let who_none = BTreeMap::new();
+    let who = Requester {
+        namespace: "dev",
+        labels: &who_none,
+        namespace_labels: &who_none,
+    };
+    let resolve = |set: &RuleSet, s: &str| {
+        set.resolve(&Reference::parse_normalized(s).unwrap(), &who, Mode::Live)
+            .resolved
+    };
+    let listed = CompileOptions {
+        allowed_registries: AllowedRegistries::only(vec!["ok.io".into()]),
+        follow_needs_list: true,
+    };
+    let set = RuleSet::compile(&inputs, &listed);
+    for image in [
+        "10.0.0.1:5000/app:1",
+        "svc.other.svc/x:1",
+        "metadata.internal/x:1",
+    ] {
+        let e = resolve(&set, image).unwrap_err();
+        assert!(
+            matches!(&e, ResolveError::DisallowedTarget(m) if m.contains("following its tag would ask")),
+            "{image}: {e}"
+        );
+    }
+    assert_eq!(
+        resolve(&set, "ok.io/app:1").unwrap().to_string(),
+        "ok.io/app:1"
+    );
+    // Without a list, the operator follows nothing, and says which flag to set.
+    let unlisted = CompileOptions {
+        follow_needs_list: true,
+        ..CompileOptions::default()
+    };
+    let set = RuleSet::compile(&inputs, &unlisted);
+    let e = resolve(&set, "ok.io/app:1").unwrap_err();
+    assert!(
+        matches!(&e, ResolveError::FollowRefused(m) if m.contains("--allowed-registries")),
+        "{e}"
+    );
+    assert_eq!(set.problems().len(), 4);
+    assert!(
+        set.problems()
+            .iter()
+            .all(|p| p.reason() == ProblemReason::AllowedRegistriesRequired
+                && p.to_string().contains("--allowed-registries"))
+    );
+    // `imagemap resolve`, on a user's machine, follows anywhere.
+    let set = RuleSet::compile(&inputs, &CompileOptions::default());
+    assert!(set.problems().is_empty());
+    assert!(resolve(&set, "svc.other.svc/x:1").is_ok());
+}
+
+#[test]
+fn huge_regex_rules_are_problems_naming_the_limit_and_cost_little() {
+    let huge: Vec<MappingRule> = (0..256)
+        .map(|i| rule("regex", &format!("x{i}\\w{{200}}"), Some("a.io/x")))
+        .collect();
+    let set = RuleSet::compile(
+        &[ns_mapping("dev", "huge", 0, huge)],
+        &CompileOptions::default(),
+    );
+    assert_eq!(set.problems().len(), 256);
+    assert!(set.problems().iter().all(|p| {
+        p.reason() == ProblemReason::InvalidRule
+            && p.to_string()
+                .contains("256 KiB, the operator's limit per regex")
+    }));
+    assert!(set.is_empty());
+    // Many smaller ones: those past the mapping's budget are left out, and say so.
+    let many: Vec<MappingRule> = (0..256)
+        .map(|i| rule("regex", &format!("x{i}\\w{{2}}"), Some("a.io/x")))
+        .collect();
+    let set = RuleSet::compile(
+        &[ns_mapping("dev", "many", 0, many)],
+        &CompileOptions::default(),
+    );
+    assert!(!set.is_empty());
+    let left_out: Vec<_> = set
+        .problems()
+        .iter()
+        .filter(|p| p.to_string().contains("limit per mapping"))
+        .collect();
+    assert_eq!(
+        left_out.len() + set.len(),
+        256,
+        "{:?}",
+        set.problems().first()
+    );
+    assert!(!left_out.is_empty());
 }
 
 // ---- property tests: the index equals the linear scan; resolution never panics and

@@ -58,11 +58,11 @@ fn images_resolved(resolution: &VmResolution) -> Parts {
         .filter_map(|s| s.outcome.as_ref().err().map(|e| (s.slot.as_str(), e)))
         .collect();
     if !errors.is_empty() {
-        let all_disallowed = errors
-            .iter()
-            .all(|(_, e)| matches!(e, SlotError::DisallowedTarget(_)));
-        let why = if all_disallowed {
+        let all = |f: fn(&SlotError) -> bool| errors.iter().all(|(_, e)| f(e));
+        let why = if all(|e| matches!(e, SlotError::DisallowedTarget(_))) {
             reason::DISALLOWED_TARGET
+        } else if all(|e| matches!(e, SlotError::FollowRefused(_))) {
+            reason::ALLOWED_REGISTRIES_REQUIRED
         } else {
             reason::INVALID_REWRITE
         };
@@ -176,6 +176,7 @@ const KSTATUS: KstatusRules<'static> = KstatusRules {
     stalled: &[
         (kind::IMAGES_RESOLVED, reason::INVALID_REWRITE),
         (kind::IMAGES_RESOLVED, reason::DISALLOWED_TARGET),
+        (kind::IMAGES_RESOLVED, reason::ALLOWED_REGISTRIES_REQUIRED),
         (kind::READY, reason::POD_CREATE_FAILED),
         (kind::READY, reason::FAILED),
     ],

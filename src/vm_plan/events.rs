@@ -14,10 +14,11 @@ pub const POD_RECREATED: &str = "PodRecreated";
 pub const RESTARTING: &str = "Restarting";
 
 /// The condition states that warn when entered: `(condition type, reason)`.
-const WARNINGS: [(&str, &str); 5] = [
+const WARNINGS: [(&str, &str); 6] = [
     (kind::READY, reason::POD_CREATE_FAILED),
     (kind::IMAGES_RESOLVED, reason::INVALID_REWRITE),
     (kind::IMAGES_RESOLVED, reason::DISALLOWED_TARGET),
+    (kind::IMAGES_RESOLVED, reason::ALLOWED_REGISTRIES_REQUIRED),
     (kind::IMAGES_RESOLVED, reason::DIGEST_UNVERIFIED),
     (kind::IMAGES_CURRENT, reason::RESTART_REQUIRED),
 ];

@@ -188,7 +188,7 @@ pub fn awaits_restart(
     // Followed tags: the digests the VM's status recorded (the reconcile's last look).
     let images = if resolution.followed().next().is_some() {
         let mut pinned = resolution.clone();
-        pinned.pin(|_| (None, None), &prev.resolved_images);
+        pinned.pin(|_, _| (None, None), &prev.resolved_images);
         pinned.images()
     } else {
         resolution.images()

@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code; not every test uses every helper
 
 pub mod fault_proxy;
+pub mod hostile_registry;
 pub mod registry;
 pub mod vms;
 
@@ -410,4 +411,107 @@ pub async fn http_post(port: u16, path: &str, authorization: &str, body: &str) -
         .unwrap_or_default()
         .to_string();
     (code, body)
+}
+
+/// `imagemap run` as a process, as a Deployment runs it: with `args`, probes on a port of
+/// its own, stderr kept in a file for a failing test to show.
+pub struct OperatorProcess {
+    pub child: Killed,
+    pub health_port: u16,
+    pub log: std::path::PathBuf,
+}
+
+impl OperatorProcess {
+    /// Starts it and waits until `/readyz` answers 200 (polled, as a kubelet probes).
+    pub async fn start(args: &[&str]) -> OperatorProcess {
+        Self::start_as(Command::new(env!("CARGO_BIN_EXE_imagemap")), args).await
+    }
+
+    /// Starts it with at most `files` open file descriptors (`prlimit --nofile`).
+    pub async fn start_with_file_limit(files: u32, args: &[&str]) -> OperatorProcess {
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={files}:{files}"))
+            .arg(env!("CARGO_BIN_EXE_imagemap"));
+        Self::start_as(command, args).await
+    }
+
+    async fn start_as(mut command: Command, args: &[&str]) -> OperatorProcess {
+        let health_port = free_port();
+        let log =
+            std::env::temp_dir().join(format!("imagemap-{}-{health_port}.log", std::process::id()));
+        let stderr = std::fs::File::create(&log).unwrap();
+        let child = Killed(
+            command
+                .arg("run")
+                .args(args)
+                .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+                .stderr(stderr)
+                .spawn()
+                .unwrap(),
+        );
+        let mut process = OperatorProcess {
+            child,
+            health_port,
+            log,
+        };
+        let deadline = std::time::Instant::now() + WAIT;
+        while http_get(health_port, "/readyz").map(|r| r.0) != Some(200) {
+            assert!(
+                process.running(),
+                "the operator exited:\n{}",
+                process.logs()
+            );
+            assert!(std::time::Instant::now() < deadline, "never ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        process
+    }
+
+    /// Whether the process still runs (never restarted: it is the same process).
+    pub fn running(&mut self) -> bool {
+        self.child.0.try_wait().unwrap().is_none()
+    }
+
+    /// What it logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The sum of the `/metrics` samples whose line starts with `series`.
+    pub fn metric(&self, series: &str) -> f64 {
+        let (_, body) = http_get(self.health_port, "/metrics").expect("/metrics answers");
+        body.lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Resident memory (`VmRSS`) and its peak (`VmHWM`), in MiB.
+    pub fn rss_mib(&self) -> (f64, f64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.0.id())).unwrap();
+        let read = |key: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .unwrap()
+                / 1024.0
+        };
+        (read("VmRSS:"), read("VmHWM:"))
+    }
+}
+
+/// Waits until `pred` holds, checking every 100 ms, failing after `limit` with `what`: for
+/// what only a process's own endpoints show (its metrics, its connections).
+pub async fn wait_until(limit: Duration, what: &str, mut pred: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !pred() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -165,6 +165,29 @@ pub async fn wait_single_pod(e: &Env, vm_name: &str, disk: &str) -> Arc<Pod> {
     pod
 }
 
+/// Waits until the VM's `ImagesResolved` condition has `reason` (and its message contains
+/// `text`).
+pub async fn wait_resolved_reason(e: &Env, vm_name: &str, reason: &str, text: &str) {
+    wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        &format!("{vm_name}: ImagesResolved {reason}"),
+        |vms| {
+            vms.iter().any(|v| {
+                v.name_any() == vm_name
+                    && v.status.as_ref().is_some_and(|s| {
+                        s.conditions.iter().any(|c| {
+                            c.type_ == "ImagesResolved"
+                                && c.reason == reason
+                                && c.message.contains(text)
+                        })
+                    })
+            })
+        },
+    )
+    .await;
+}
+
 /// Watches every pod of a namespace from its start: never two live pods for one VM.
 pub struct NeverTwoLivePods {
     task: tokio::task::JoinHandle<BTreeMap<String, usize>>,

@@ -89,7 +89,9 @@ impl Elector {
     }
 
     /// One look at the Lease, and a write when it is ours to take or renew. Whether we
-    /// hold it now (a write of ours just succeeded).
+    /// hold it now (a write of ours just succeeded). Evidence that we may no longer lead —
+    /// the Lease held by another, gone, or written by someone else since our renewal —
+    /// closes the fence at once.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let name = &self.election.lease_name;
         let current = match self.held.take() {
@@ -97,15 +99,23 @@ impl Elector {
             None => self.api.get_opt(name).await?,
         };
         let now = Instant::now();
-        self.observed = current
-            .as_ref()
-            .map(|l| Observed::of(l, self.observed.as_ref(), now));
+        let observed = Observed::of(current.as_ref(), self.observed.as_ref(), now);
         let identity = &self.election.identity;
         let duration = self.election.timing.lease_duration;
-        let step = next_step(self.observed.as_ref(), identity, now, duration);
-        if let Step::Follow { holder } = &step {
-            tracing::debug!(%holder, "the Lease is held");
-            return Ok(false);
+        let step = next_step(&observed, identity, now, duration);
+        self.observed = Some(observed);
+        match &step {
+            Step::Follow { holder } => {
+                self.stop_writing(&format!("the Lease is held by {holder}"));
+                tracing::debug!(%holder, "the Lease is held");
+                return Ok(false);
+            }
+            Step::AwaitMissing => {
+                self.stop_writing("the Lease is gone");
+                tracing::debug!("no Lease; waiting a lease duration before creating it");
+                return Ok(false);
+            }
+            Step::Create | Step::Acquire | Step::Renew => {}
         }
         let lease = claimed(current.as_ref(), name, identity, duration, Timestamp::now());
         let sent = Instant::now();
@@ -121,9 +131,25 @@ impl Elector {
                 self.held = Some(lease);
                 Ok(true)
             }
-            // Someone else wrote first: read again at the next look.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            // Someone else wrote first (took the Lease, or changed it since our renewal),
+            // or deleted it: read again at the next look, and write nothing meanwhile.
+            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => {
+                self.stop_writing(if s.code == 404 {
+                    "the Lease is gone"
+                } else {
+                    "the Lease was written by someone else"
+                });
+                Ok(false)
+            }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Closes the fence now if it is open: `why` is evidence we may no longer lead.
+    fn stop_writing(&self, why: &str) {
+        if self.fence.is_open() {
+            tracing::warn!(identity = %self.election.identity, %why, "may no longer lead; writes stopped");
+            self.fence.close();
         }
     }
 

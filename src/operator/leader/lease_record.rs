@@ -8,11 +8,12 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
-/// The Lease as last read, and when this process first saw that version of it.
+/// The Lease as last read (or that there was none), and when this process first saw that
+/// version of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
-    /// `metadata.resourceVersion`: every renewal changes it.
-    pub version: String,
+    /// `metadata.resourceVersion`: every renewal changes it. `None`: there is no Lease.
+    pub version: Option<String>,
     /// `spec.holderIdentity`; `None` when empty (released).
     pub holder: Option<String>,
     /// `spec.leaseDurationSeconds` as the holder wrote it.
@@ -22,9 +23,21 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// What `lease` says, first seen at `now` unless `previous` is the same version.
-    pub fn of(lease: &Lease, previous: Option<&Observed>, now: Instant) -> Observed {
-        let version = lease.metadata.resource_version.clone().unwrap_or_default();
+    /// What `lease` says (`None`: there is none), first seen at `now` unless `previous`
+    /// is the same version (or also none).
+    pub fn of(lease: Option<&Lease>, previous: Option<&Observed>, now: Instant) -> Observed {
+        let Some(lease) = lease else {
+            return Observed {
+                version: None,
+                holder: None,
+                lease_duration: None,
+                seen_at: match previous {
+                    Some(p) if p.version.is_none() => p.seen_at,
+                    _ => now,
+                },
+            };
+        };
+        let version = Some(lease.metadata.resource_version.clone().unwrap_or_default());
         let seen_at = match previous {
             Some(p) if p.version == version => p.seen_at,
             _ => now,
@@ -47,8 +60,12 @@ impl Observed {
 /// What an elector does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// No Lease exists: create it, held by us.
+    /// No Lease has existed for a whole lease duration as seen from here: create it, held
+    /// by us. (A Lease deleted under a leader is taken no faster than one it stopped
+    /// renewing: that leader may still be writing until its own deadline.)
     Create,
+    /// No Lease exists, not yet for a whole lease duration.
+    AwaitMissing,
     /// Write ourselves in as holder: the Lease is free, released, or its holder has not
     /// renewed it for a whole lease duration as seen from here.
     Acquire,
@@ -58,17 +75,16 @@ pub enum Step {
     Follow { holder: String },
 }
 
-/// The next step for `me`, given the Lease as last observed (`None`: there is none).
-/// `default_duration` applies when the record names no duration.
-pub fn next_step(
-    observed: Option<&Observed>,
-    me: &str,
-    now: Instant,
-    default_duration: Duration,
-) -> Step {
-    let Some(o) = observed else {
-        return Step::Create;
-    };
+/// The next step for `me`, given the Lease as last observed. `default_duration` applies
+/// when the record names no duration (or there is no record).
+pub fn next_step(o: &Observed, me: &str, now: Instant, default_duration: Duration) -> Step {
+    if o.version.is_none() {
+        return if now.saturating_duration_since(o.seen_at) >= default_duration {
+            Step::Create
+        } else {
+            Step::AwaitMissing
+        };
+    }
     match &o.holder {
         None => Step::Acquire,
         Some(h) if h == me => Step::Renew,
@@ -150,51 +166,61 @@ mod tests {
     }
 
     #[test]
-    fn no_lease_is_created_and_a_released_one_acquired_at_once() {
+    fn a_missing_lease_is_created_after_a_whole_duration_and_a_released_one_acquired_at_once() {
         let t0 = Instant::now();
-        assert_eq!(next_step(None, "me", t0, D), Step::Create);
-        let free = Observed::of(&lease("1", None, Some(15)), None, t0);
-        assert_eq!(next_step(Some(&free), "me", t0, D), Step::Acquire);
-        let empty = Observed::of(&lease("1", Some(""), Some(15)), None, t0);
-        assert_eq!(next_step(Some(&empty), "me", t0, D), Step::Acquire);
+        let missing = Observed::of(None, None, t0);
+        assert_eq!(next_step(&missing, "me", t0, D), Step::AwaitMissing);
+        // Still missing: the wait counts from when it was first seen missing.
+        let again = Observed::of(None, Some(&missing), t0 + D / 2);
+        assert_eq!(again.seen_at, t0);
+        assert_eq!(next_step(&again, "me", t0 + D, D), Step::Create);
+        // A Lease held, then deleted: missing from when it was seen gone.
+        let held = Observed::of(Some(&lease("1", Some("other"), Some(15))), None, t0);
+        let gone = Observed::of(None, Some(&held), t0 + D);
+        assert_eq!(next_step(&gone, "me", t0 + D, D), Step::AwaitMissing);
+        assert_eq!(next_step(&gone, "me", t0 + D * 2, D), Step::Create);
+        let free = Observed::of(Some(&lease("1", None, Some(15))), None, t0);
+        assert_eq!(next_step(&free, "me", t0, D), Step::Acquire);
+        let empty = Observed::of(Some(&lease("1", Some(""), Some(15))), None, t0);
+        assert_eq!(next_step(&empty, "me", t0, D), Step::Acquire);
     }
 
     #[test]
     fn another_holder_is_followed_until_a_whole_duration_passed_without_a_renewal() {
         let t0 = Instant::now();
-        let seen = Observed::of(&lease("1", Some("other"), Some(15)), None, t0);
+        let seen = Observed::of(Some(&lease("1", Some("other"), Some(15))), None, t0);
         let follow = Step::Follow {
             holder: "other".into(),
         };
         assert_eq!(
-            next_step(Some(&seen), "me", t0 + Duration::from_secs(14), D),
+            next_step(&seen, "me", t0 + Duration::from_secs(14), D),
             follow
         );
         assert_eq!(
-            next_step(Some(&seen), "me", t0 + Duration::from_secs(15), D),
+            next_step(&seen, "me", t0 + Duration::from_secs(15), D),
             Step::Acquire
         );
         // The same version read again keeps the time it was first seen ...
         let again = Observed::of(
-            &lease("1", Some("other"), Some(15)),
+            Some(&lease("1", Some("other"), Some(15))),
             Some(&seen),
             t0 + Duration::from_secs(10),
         );
         assert_eq!(again.seen_at, t0);
         // ... a renewal (a new version) starts the wait again.
         let renewed = Observed::of(
-            &lease("2", Some("other"), Some(15)),
+            Some(&lease("2", Some("other"), Some(15))),
             Some(&seen),
             t0 + Duration::from_secs(10),
         );
         assert_eq!(
-            next_step(Some(&renewed), "me", t0 + Duration::from_secs(20), D),
+            next_step(&renewed, "me", t0 + Duration::from_secs(20), D),
             follow
         );
         // The holder's own duration counts, not ours.
-        let short = Observed::of(&lease("3", Some("other"), Some(2)), None, t0);
+        let short = Observed::of(Some(&lease("3", Some("other"), Some(2))), None, t0);
         assert_eq!(
-            next_step(Some(&short), "me", t0 + Duration::from_secs(2), D),
+            next_step(&short, "me", t0 + Duration::from_secs(2), D),
             Step::Acquire
         );
     }
@@ -202,9 +228,9 @@ mod tests {
     #[test]
     fn our_own_lease_is_renewed() {
         let t0 = Instant::now();
-        let mine = Observed::of(&lease("1", Some("me"), Some(15)), None, t0);
+        let mine = Observed::of(Some(&lease("1", Some("me"), Some(15))), None, t0);
         assert_eq!(
-            next_step(Some(&mine), "me", t0 + Duration::from_mins(1), D),
+            next_step(&mine, "me", t0 + Duration::from_mins(1), D),
             Step::Renew
         );
     }

@@ -45,6 +45,17 @@ impl LeaseTiming {
     }
 }
 
+/// A holder identity unique to this process: `base` (the pod name, else the host name)
+/// and a random part, so that two replicas never share one — not even where both are pid 1
+/// in their containers, or were given the same name.
+pub fn unique_identity(base: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the operating system's randomness.
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u32(std::process::id());
+    format!("{base}_{:016x}", random.finish())
+}
+
 /// Where the Lease is and who this replica is.
 #[derive(Debug, Clone)]
 pub struct LeaderElection {
@@ -138,6 +149,13 @@ pub async fn run_elected(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identities_are_unique_per_process_whatever_the_name() {
+        let (a, b) = (unique_identity("imagemap-0"), unique_identity("imagemap-0"));
+        assert!(a.starts_with("imagemap-0_") && b.starts_with("imagemap-0_"));
+        assert_ne!(a, b);
+    }
 
     #[tokio::test]
     async fn a_kubeconfig_proxy_is_refused_not_ignored() {

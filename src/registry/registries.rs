@@ -1,22 +1,22 @@
-//! Asking registries which digest a tag points to: one manifest HEAD (the
-//! `Docker-Content-Digest` header; a multi-arch index by its own digest), through
-//! `oci-client`, which speaks the distribution protocol and its token challenges —
-//! anonymously, or with the entry of the operator's registry credentials that answers for
-//! the image.
+//! Asking registries which digest a tag points to, with the credentials in force: the
+//! entry of the operator's registry credentials that answers for the image (for those it
+//! serves), else anonymously — and saying, when a registry refuses, who asked.
 
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use tokio::sync::watch;
 
-use crate::registry_credentials::{Credential, RegistryCredentials};
+use super::client::{Http, Reach};
+use super::credentials::{Credential, RegistryCredentials};
+use super::error::{Cause, RegistryError};
+use super::manifest_digest::{Asking, Login};
+use super::token_cache::TokenCache;
+use crate::excerpt::excerpt;
+use crate::reference::Reference;
 
 /// The longest a digest check may take.
-const CHECK_LIMIT: Duration = Duration::from_secs(10);
+pub const CHECK_LIMIT: Duration = Duration::from_secs(10);
 
 /// Where the credentials in force come from, as messages name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,18 +37,27 @@ pub enum CredentialSource {
     Unusable { secret: String, why: String },
 }
 
-/// The credentials in force, and a client for each entry and one for anonymous requests
-/// (a client keeps the first credentials it is given for a registry).
+/// Whether a check may use the credentials in force.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Credentials {
+    /// The entry that answers for the image, if any.
+    InForce,
+    /// Anonymously, whatever the credentials hold: they do not serve the rule's writer
+    /// (the text says whom they serve).
+    NotServed(&'static str),
+}
+
+/// The credentials in force, and the authorizations registries gave for them.
 struct Keyring {
     source: CredentialSource,
     credentials: RegistryCredentials,
-    clients: Vec<Client>,
-    anonymous: Client,
+    tokens: TokenCache,
 }
 
 /// A registry client for digest checks.
 pub struct Registries {
-    insecure: Vec<String>,
+    http: Http,
+    reach: Reach,
     keyring: RwLock<Arc<Keyring>>,
     /// Whether the credentials were read (or will never be).
     loaded: watch::Sender<bool>,
@@ -57,27 +66,27 @@ pub struct Registries {
 impl std::fmt::Debug for Registries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registries")
-            .field("insecure", &self.insecure)
+            .field("reach", &self.reach)
             .finish_non_exhaustive()
     }
 }
 
 impl Registries {
-    /// HTTPS everywhere but for `insecure` registries (`host[:port]`), which get plain HTTP;
-    /// no credentials until [`Self::use_credentials`] when `source` is pending.
-    pub fn new(insecure: &[String], source: CredentialSource) -> Registries {
+    /// A client that contacts only what `reach` allows; no credentials until
+    /// [`Self::use_credentials`] when `source` is pending.
+    pub fn new(reach: Reach, source: CredentialSource) -> Result<Registries, String> {
         let loaded = !matches!(source, CredentialSource::Pending(_));
         let keyring = Keyring {
             source,
             credentials: RegistryCredentials::default(),
-            clients: Vec::new(),
-            anonymous: client(insecure),
+            tokens: TokenCache::default(),
         };
-        Registries {
-            insecure: insecure.to_vec(),
+        Ok(Registries {
+            http: Http::new()?,
+            reach,
             keyring: RwLock::new(Arc::new(keyring)),
             loaded: watch::Sender::new(loaded),
-        }
+        })
     }
 
     fn keyring(&self) -> Arc<Keyring> {
@@ -94,14 +103,9 @@ impl Registries {
         let changed = current.source != source || current.credentials != credentials;
         if changed {
             let keyring = Keyring {
-                clients: credentials
-                    .entries()
-                    .iter()
-                    .map(|_| client(&self.insecure))
-                    .collect(),
-                anonymous: client(&self.insecure),
                 source,
                 credentials,
+                tokens: TokenCache::default(),
             };
             *self.keyring.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(keyring);
         }
@@ -121,32 +125,45 @@ impl Registries {
         let _ = loaded.wait_for(|l| *l).await;
     }
 
-    /// The digest `reference` (`registry/repository:tag`) points to now.
-    pub async fn digest(&self, reference: &str) -> Result<String, String> {
-        let parsed: Reference = reference.parse().map_err(|e| {
-            format!("{reference} is not a reference the registry client reads: {e}")
-        })?;
-        let keyring = self.keyring();
-        let entry = keyring
-            .credentials
-            .find(parsed.registry(), parsed.repository());
-        let (client, auth) = match entry {
-            Some(i) => (&keyring.clients[i], auth(&keyring.credentials, i)),
-            None => (&keyring.anonymous, RegistryAuth::Anonymous),
+    /// The digest `reference` (`registry/repository:tag`) points to now, asked with the
+    /// credentials `use_credentials` allows.
+    pub async fn digest(
+        &self,
+        reference: &str,
+        use_credentials: &Credentials,
+    ) -> Result<String, RegistryError> {
+        let fail = |cause, asked_as| RegistryError {
+            reference: excerpt(reference),
+            cause,
+            asked_as,
         };
-        let registry = parsed.resolve_registry();
-        match tokio::time::timeout(CHECK_LIMIT, client.fetch_manifest_digest(&parsed, &auth)).await
-        {
-            Ok(Ok(digest)) => Ok(digest),
-            Ok(Err(e)) if refused(&e) => Err(format!(
-                "asking {registry} for {reference}: {e} ({})",
-                keyring.asked_as(entry, parsed.registry())
-            )),
-            Ok(Err(e)) => Err(format!("asking {registry} for {reference}: {e}")),
-            Err(_) => Err(format!(
-                "asking {registry} for {reference}: no answer within {CHECK_LIMIT:?}"
-            )),
-        }
+        let parsed = Reference::parse_normalized(reference)
+            .map_err(|e| fail(Cause::InvalidReference(excerpt(&e.to_string())), None))?;
+        let keyring = self.keyring();
+        let entry = match use_credentials {
+            Credentials::InForce => keyring.credentials.find(parsed.domain(), parsed.path()),
+            Credentials::NotServed(_) => None,
+        };
+        let login = match entry.map(|i| &keyring.credentials.entries()[i].credential) {
+            Some(Credential::Basic { username, password }) => Login::Basic { username, password },
+            Some(Credential::Token(token)) => Login::Token(token),
+            None => Login::Anonymous,
+        };
+        let asking = Asking {
+            http: &self.http,
+            reach: &self.reach,
+            tokens: &keyring.tokens,
+            login,
+            entry,
+        };
+        let cause = match tokio::time::timeout(CHECK_LIMIT, asking.digest(&parsed)).await {
+            Ok(Ok(digest)) => return Ok(digest),
+            Ok(Err(cause)) => cause,
+            Err(_) => Cause::NoAnswer(CHECK_LIMIT),
+        };
+        let asked_as = matches!(cause, Cause::Refused { .. })
+            .then(|| keyring.asked_as(entry, parsed.domain(), use_credentials));
+        Err(fail(cause, asked_as))
     }
 }
 
@@ -154,7 +171,12 @@ impl Keyring {
     /// Which credentials the registry at `domain` was asked with, and where they came from:
     /// what a user needs to fix a refusal (never a user name or a secret: VM status and
     /// Events show it to tenants).
-    fn asked_as(&self, entry: Option<usize>, domain: &str) -> String {
+    fn asked_as(
+        &self,
+        entry: Option<usize>,
+        domain: &str,
+        use_credentials: &Credentials,
+    ) -> String {
         if let Some(i) = entry {
             let e = &self.credentials.entries()[i];
             let from = match &self.source {
@@ -163,6 +185,11 @@ impl Keyring {
                 _ => String::new(),
             };
             return format!("asked with entry {:?}{from}", e.key);
+        }
+        if let Credentials::NotServed(whom) = use_credentials
+            && let CredentialSource::Secret(s) = &self.source
+        {
+            return format!("asked anonymously: Secret {s} serves {whom}");
         }
         match &self.source {
             CredentialSource::Anonymous | CredentialSource::Pending(_) => {
@@ -187,41 +214,6 @@ impl Keyring {
     }
 }
 
-fn client(insecure: &[String]) -> Client {
-    // The same TLS provider as the Kubernetes client; installed once per process (a second
-    // install is refused, harmlessly).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::new(ClientConfig {
-        protocol: ClientProtocol::HttpsExcept(insecure.to_vec()),
-        connect_timeout: Some(Duration::from_secs(5)),
-        read_timeout: Some(CHECK_LIMIT),
-        ..ClientConfig::default()
-    })
-}
-
-fn auth(credentials: &RegistryCredentials, entry: usize) -> RegistryAuth {
-    match &credentials.entries()[entry].credential {
-        Credential::Basic { username, password } => {
-            RegistryAuth::Basic(username.clone(), password.clone())
-        }
-        Credential::Token(token) => RegistryAuth::Bearer(token.clone()),
-    }
-}
-
-/// Whether the registry refused who asked (401 or 403), rather than failing otherwise.
-fn refused(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => true,
-        OciDistributionError::ServerError { code, .. } => matches!(code, 401 | 403),
-        OciDistributionError::RegistryError { envelope, .. } => envelope
-            .errors
-            .iter()
-            .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -236,8 +228,7 @@ mod tests {
         Keyring {
             source,
             credentials,
-            clients: Vec::new(),
-            anonymous: client(&[]),
+            tokens: TokenCache::default(),
         }
     }
 
@@ -245,15 +236,24 @@ mod tests {
     fn a_refusal_says_who_asked_and_where_that_came_from() {
         let secret = || "imagemap-system/creds".to_string();
         let k = keyring(CredentialSource::Secret(secret()));
+        let all = Credentials::InForce;
         assert_eq!(
-            k.asked_as(Some(0), "private.example"),
+            k.asked_as(Some(0), "private.example", &all),
             r#"asked with entry "private.example" of Secret imagemap-system/creds"#
         );
         assert_eq!(
-            k.asked_as(None, "other.example"),
+            k.asked_as(None, "other.example", &all),
             "asked anonymously: Secret imagemap-system/creds has no entry for other.example"
         );
-        let said = |source| keyring(source).asked_as(None, "other.example");
+        assert_eq!(
+            k.asked_as(
+                None,
+                "private.example",
+                &Credentials::NotServed("ClusterImageMapping rules only")
+            ),
+            "asked anonymously: Secret imagemap-system/creds serves ClusterImageMapping rules only"
+        );
+        let said = |source| keyring(source).asked_as(None, "other.example", &all);
         assert!(said(CredentialSource::NotConfigured).contains("--registry-credentials-secret"));
         assert!(said(CredentialSource::Missing(secret())).ends_with("does not exist"));
         assert!(
@@ -266,29 +266,13 @@ mod tests {
         assert_eq!(said(CredentialSource::Anonymous), "asked anonymously");
     }
 
-    #[test]
-    fn only_refusals_count_as_refusals() {
-        assert!(refused(&OciDistributionError::UnauthorizedError {
-            url: "u".into()
-        }));
-        assert!(refused(&OciDistributionError::ServerError {
-            code: 403,
-            url: "u".into(),
-            message: String::new()
-        }));
-        assert!(!refused(&OciDistributionError::ServerError {
-            code: 500,
-            url: "u".into(),
-            message: String::new()
-        }));
-        assert!(!refused(&OciDistributionError::ImageManifestNotFoundError(
-            "m".into()
-        )));
-    }
-
     #[tokio::test]
     async fn credentials_in_force_change_only_when_they_differ() {
-        let registries = Registries::new(&[], CredentialSource::Pending("ns/creds".into()));
+        let registries = Registries::new(
+            Reach::default(),
+            CredentialSource::Pending("ns/creds".into()),
+        )
+        .unwrap();
         let waiting = tokio::time::timeout(Duration::from_millis(50), registries.loaded()).await;
         assert!(waiting.is_err(), "not loaded before the Secret was read");
         let source = CredentialSource::Missing("ns/creds".into());
@@ -296,5 +280,19 @@ mod tests {
         registries.loaded().await;
         assert!(!registries.use_credentials(source.clone(), RegistryCredentials::default()));
         assert_eq!(registries.source(), source);
+    }
+
+    #[tokio::test]
+    async fn nothing_is_contacted_outside_the_reach() {
+        let reach = Reach {
+            needs_list: true,
+            ..Reach::default()
+        };
+        let registries = Registries::new(reach, CredentialSource::NotConfigured).unwrap();
+        let e = registries
+            .digest("127.0.0.1:1/app:dev", &Credentials::InForce)
+            .await
+            .unwrap_err();
+        assert_eq!(e.cause, Cause::NoAllowList);
     }
 }
