@@ -45,6 +45,9 @@ pub mod reason {
     /// A rule follows tags, and the operator was started without `--allowed-registries`.
     pub const ALLOWED_REGISTRIES_REQUIRED: &str = "AllowedRegistriesRequired";
     pub const CONFLICT: &str = "Conflict";
+    /// A mapping that could map the VM cannot be read, and no readable version of it is
+    /// known: its pod is neither created nor replaced until it can be.
+    pub const MAPPING_UNREADABLE: &str = "MappingUnreadable";
     /// A followed tag's digest could not be checked: the last known one (or the tag) is used.
     pub const DIGEST_UNVERIFIED: &str = "DigestUnverified";
     // VirtualMachine `ImagesCurrent`.

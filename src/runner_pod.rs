@@ -19,6 +19,12 @@ pub const IMAGES_HASH_ANNOTATION: &str = "imagemap.dev/images-hash";
 pub const RESTART_COUNT_ANNOTATION: &str = "imagemap.dev/restart-count";
 /// Grace period when the VM names none, as NeonVM.
 pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 5;
+/// The shortest grace period a runner pod gets (a VM asking for 0 gets this): with 0, the
+/// API server removes a scheduled pod's object at once while its kubelet may still be
+/// running it, and its replacement would start beside it; with 1 or more, the object goes
+/// only once the kubelet confirms the containers stopped — the evidence that the pod is
+/// gone. (An unscheduled pod, which no kubelet runs, still goes at once.)
+pub const MIN_GRACE_SECONDS: i64 = 1;
 
 /// Init container copying the root disk out of its image.
 pub const INIT_CONTAINER: &str = "init";
@@ -170,7 +176,8 @@ pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) 
             service_account_name: spec.service_account_name.clone(),
             termination_grace_period_seconds: Some(
                 spec.termination_grace_period_seconds
-                    .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS),
+                    .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+                    .max(MIN_GRACE_SECONDS),
             ),
             ..Default::default()
         }),

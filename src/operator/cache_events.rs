@@ -39,8 +39,13 @@ pub enum CacheEvent<K> {
     /// A list of the scope is complete: the cache holds it.
     Listed(ListScope),
     /// An object the operator cannot read (the CRD accepted something its types do not):
-    /// skipped, and its last readable version, if any, deleted from the cache.
+    /// skipped. Its last readable version, if any, is deleted from the cache — but for the
+    /// kinds that keep it ([`Arrival::KEEPS_LAST_READABLE`]: mappings, whose rules would
+    /// otherwise vanish from every VM they map), which keep it until the object is readable
+    /// again or deleted.
     Invalid(Box<InvalidObject>),
+    /// An object that could not be read was deleted (nothing cached went with it).
+    InvalidGone(Box<InvalidObject>),
 }
 
 /// How objects of a kind arrive from the API server: as they are, or — for the kinds
@@ -57,6 +62,9 @@ pub trait Arrival<K>:
 where
     K: Resource,
 {
+    /// Whether the cache keeps an object's last readable version while it cannot be read.
+    const KEEPS_LAST_READABLE: bool = false;
+
     /// The object, or why it could not be read.
     fn decoded(self) -> Result<K, Box<InvalidObject>>;
 }
@@ -72,10 +80,12 @@ macro_rules! arrives_as_is {
     )*};
 }
 
-/// Kinds tenants write: decoded behind a guard.
+/// Kinds tenants write: decoded behind a guard (keeping the last readable version, or not).
 macro_rules! arrives_guarded {
-    ($($kind:ty),*) => {$(
+    ($keeps:expr; $($kind:ty),*) => {$(
         impl Arrival<$kind> for DeserializeGuard<$kind> {
+            const KEEPS_LAST_READABLE: bool = $keeps;
+
             fn decoded(self) -> Result<$kind, Box<InvalidObject>> {
                 self.0.map_err(Box::new)
             }
@@ -84,7 +94,8 @@ macro_rules! arrives_guarded {
 }
 
 arrives_as_is!(CachedPod, Namespace);
-arrives_guarded!(VirtualMachine, ImageMapping, ClusterImageMapping);
+arrives_guarded!(false; VirtualMachine);
+arrives_guarded!(true; ImageMapping, ClusterImageMapping);
 
 /// Whether `obj` is within `scope`.
 fn within<K: Resource>(scope: &ListScope, obj: &K) -> bool {
@@ -127,16 +138,17 @@ where
                 k
             })
         };
-        // The cached version of an object that can no longer be read.
-        let cached = |invalid: &InvalidObject| {
-            let name = invalid.metadata.name.as_deref()?;
-            let key = ObjectRef::new(name);
-            let key = match invalid.metadata.namespace.as_deref() {
+        let key_of = |invalid: &InvalidObject| {
+            let key = ObjectRef::<K>::new(invalid.metadata.name.as_deref()?);
+            Some(match invalid.metadata.namespace.as_deref() {
                 Some(ns) => key.within(ns),
                 None => key,
-            };
+            })
+        };
+        // The cached version of an object that can no longer be read.
+        let cached = |invalid: &InvalidObject| {
             store
-                .get(&key)
+                .get(&key_of(invalid)?)
                 .map(|k| CacheEvent::Deleted(k.as_ref().clone()))
         };
         match event {
@@ -151,11 +163,21 @@ where
                     }
                     vec![CacheEvent::Applied(obj)]
                 }
-                // Not in the list: a cached version is deleted when the list completes.
-                Err(invalid) => vec![CacheEvent::Invalid(invalid)],
+                // Not in the list: a cached version is deleted when the list completes
+                // (unless it is kept).
+                Err(invalid) => {
+                    if W::KEEPS_LAST_READABLE
+                        && let (Some(listing), Some(key)) =
+                            (self.listing.as_mut(), key_of(&invalid))
+                    {
+                        listing.insert(key);
+                    }
+                    vec![CacheEvent::Invalid(invalid)]
+                }
             },
             watcher::Event::Apply(obj) => match decoded(obj) {
                 Ok(obj) => vec![CacheEvent::Applied(obj)],
+                Err(invalid) if W::KEEPS_LAST_READABLE => vec![CacheEvent::Invalid(invalid)],
                 Err(invalid) => {
                     let deleted = cached(&invalid);
                     std::iter::once(CacheEvent::Invalid(invalid))
@@ -165,7 +187,10 @@ where
             },
             watcher::Event::Delete(obj) => match decoded(obj) {
                 Ok(obj) => vec![CacheEvent::Deleted(obj)],
-                Err(invalid) => cached(&invalid).into_iter().collect(),
+                Err(invalid) => match cached(&invalid) {
+                    Some(deleted) => vec![deleted],
+                    None => vec![CacheEvent::InvalidGone(invalid)],
+                },
             },
             watcher::Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
@@ -202,7 +227,7 @@ where
             CacheEvent::Deleted(obj) => self
                 .writer
                 .apply_watcher_event(&watcher::Event::Delete(obj.clone())),
-            CacheEvent::ListStarted(_) | CacheEvent::Invalid(_) => {}
+            CacheEvent::ListStarted(_) | CacheEvent::Invalid(_) | CacheEvent::InvalidGone(_) => {}
             CacheEvent::Listed(scope) => {
                 if self.unlisted.remove(scope) && self.unlisted.is_empty() {
                     self.listed.mark();
@@ -348,6 +373,12 @@ mod tests {
                 CacheEvent::Invalid(i) => {
                     format!("invalid {}", i.metadata.name.as_deref().unwrap_or_default())
                 }
+                CacheEvent::InvalidGone(i) => {
+                    format!(
+                        "invalid gone {}",
+                        i.metadata.name.as_deref().unwrap_or_default()
+                    )
+                }
             })
             .collect()
     }
@@ -441,6 +472,44 @@ mod tests {
             "{}",
             invalid.error
         );
+    }
+
+    #[test]
+    fn an_unreadable_mapping_keeps_its_last_readable_version() {
+        let guarded = |priority: i64| -> DeserializeGuard<ImageMapping> {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping",
+                "metadata": {"name": "m", "namespace": "dev"},
+                "spec": {"priority": priority, "rules": []}
+            }))
+            .unwrap()
+        };
+        let mut relist = Relist::<ImageMapping>::new(None);
+        let store = store_of(vec![guarded(1).0.unwrap()]);
+        let mut out = Vec::new();
+        for event in [
+            watcher::Event::Apply(guarded(99_999_999_999)),
+            watcher::Event::Init,
+            watcher::Event::InitApply(guarded(99_999_999_999)),
+            watcher::Event::InitDone,
+            watcher::Event::Delete(guarded(99_999_999_999)),
+        ] {
+            out.extend(relist.changes(event, &store));
+        }
+        // Kept through the change and the relist; deleted only when the mapping is.
+        assert_eq!(
+            names(&out),
+            [
+                "invalid m",
+                "started None",
+                "invalid m",
+                "listed None",
+                "deleted m"
+            ]
+        );
+        let empty = store_of::<ImageMapping>(vec![]);
+        let gone = relist.changes(watcher::Event::Delete(guarded(99_999_999_999)), &empty);
+        assert_eq!(names(&gone), ["invalid gone m"]);
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct CachedPodSpec {
     pub init_containers: Vec<CachedContainer>,
     #[serde(default)]
     pub containers: Vec<CachedContainer>,
+    /// Whether a deletion waits for the kubelet (see [`crate::runner_pod::MIN_GRACE_SECONDS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<i64>,
 }
 
 /// A condition's type and status.
@@ -163,6 +166,7 @@ impl CachedPod {
                 init_containers: (!s.init_containers.is_empty())
                     .then(|| containers(&s.init_containers)),
                 containers: containers(&s.containers),
+                termination_grace_period_seconds: s.termination_grace_period_seconds,
                 ..PodSpec::default()
             }),
             status: self.status.as_ref().map(|s| PodStatus {

@@ -64,6 +64,8 @@ pub struct Caches {
     pub cluster_mappings: Store<ClusterImageMapping>,
     pub namespaces: Store<Namespace>,
     pub listed: CachesListed,
+    /// Mappings whose rules are unknown: the VMs they could map change no pod.
+    pub unreadable_mappings: Arc<super::unreadable_mappings::UnreadableMappings>,
 }
 
 impl Caches {
@@ -77,7 +79,9 @@ impl Caches {
         )
     }
 
-    /// The cached pods of a VM: labelled with its name and controlled by it.
+    /// The cached pods of a VM: labelled with its name and controlled by it (its controller
+    /// owner reference names this VM's uid: a pod of an earlier VM of the same name is not
+    /// its pod).
     #[must_use]
     pub fn pods_of(&self, vm: &VirtualMachine) -> Vec<Pod> {
         let (ns, name, uid) = (vm.namespace().unwrap_or_default(), vm.name_any(), vm.uid());
@@ -89,7 +93,7 @@ impl Caches {
                 p.labels().get(VM_LABEL) == Some(&name)
                     && p.owner_references()
                         .iter()
-                        .any(|o| Some(&o.uid) == uid.as_ref())
+                        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
             })
             .map(|p| p.to_pod())
             .collect()

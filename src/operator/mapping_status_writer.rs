@@ -48,6 +48,9 @@ pub async fn run(ctx: Arc<Context>) {
         ctx.create_failures
             .retain(|vm| ctx.caches.vms.get(vm).is_some());
         ctx.followed.retain(|vm| ctx.caches.vms.get(vm).is_some());
+        ctx.caches
+            .pod_index
+            .retain(|vm| ctx.caches.vms.get(vm).is_some());
         progress.status_pass_done(covered);
         if failed > 0 {
             ctx.mapping_status_due.notify_one();

@@ -38,6 +38,7 @@ mod status_memory;
 mod tag_follower;
 mod token_file;
 mod trigger;
+mod unreadable_mappings;
 mod vm_reconciler;
 mod watch_backoff;
 mod writes;
@@ -75,6 +76,7 @@ use health::Health;
 use invalid_objects::Unreadable;
 use rules_watcher::Change;
 use trigger::Trigger;
+use unreadable_mappings::UnreadableMappings;
 
 /// The operator's background tasks: each runs for the operator's whole life, and all end
 /// when the operator future ends or is dropped.
@@ -138,6 +140,19 @@ fn report_unreadable<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// What each event of a mapping cache means for the rules and the VMs they hold.
+fn mapping_changes<K: Resource<DynamicType = ()> + Clone + 'static>(
+    unreadable: &Arc<UnreadableMappings>,
+    store: &kube::runtime::reflector::Store<K>,
+) -> impl FnMut(CacheEvent<K>) -> stream::Iter<std::vec::IntoIter<Change>> + use<K> {
+    let (unreadable, store) = (Arc::clone(unreadable), store.clone());
+    move |event| {
+        let held = unreadable.observe(&event, &store).map(Change::Held);
+        let changes: Vec<Change> = Change::of_mapping(&event).into_iter().chain(held).collect();
+        stream::iter(changes)
+    }
+}
+
 impl Watches {
     fn new(client: &Client, options: &Options, health: &Arc<Health>) -> Watches {
         let ns = &options.namespaces;
@@ -171,14 +186,15 @@ impl Watches {
             &listed.vms,
             health,
         );
+        let unreadable_mappings = Arc::new(UnreadableMappings::default());
         let changes = stream::select_all([
             mapping_events
                 .inspect(report_unreadable(&unreadable_tx))
-                .filter_map(|e| ready(Change::of_mapping(&e)))
+                .flat_map(mapping_changes(&unreadable_mappings, &mappings))
                 .boxed(),
             cluster_events
                 .inspect(report_unreadable(&unreadable_tx))
-                .filter_map(|e| ready(Change::of_mapping(&e)))
+                .flat_map(mapping_changes(&unreadable_mappings, &cluster_mappings))
                 .boxed(),
             namespace_events
                 .filter_map(|e| ready(Change::of_namespace(&e)))
@@ -205,6 +221,7 @@ impl Watches {
                 cluster_mappings,
                 namespaces,
                 listed,
+                unreadable_mappings,
             },
             changes,
             pods: pod_events.boxed(),

@@ -1,14 +1,17 @@
-//! Pods this instance created that the pod cache has not shown yet: until it does, the
-//! VM's reconcile waits rather than decide from a cache that is behind its own writes.
+//! Pods this instance created that the pod cache has not shown yet, and pods it deleted
+//! that the cache still shows live: until the cache catches up, the VM's reconcile waits
+//! for the created pod, and takes a deleted one for terminating — rather than decide from a
+//! cache that is behind its own writes (and delete, or replace, the same pod again).
 //!
 //! An expectation ends on evidence only, never on a timer: the pod watch shows the pod
-//! (added, or already deleted again), or a list of pods taken after the create does not
-//! hold it (the watch re-listed).
+//! (added; for a deletion, terminating or gone), or a list of pods taken after the write
+//! does not hold it (the watch re-listed).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
@@ -30,9 +33,18 @@ struct Lists {
     completed: u64,
 }
 
+/// A pod this instance deleted, by name and uid.
+#[derive(Debug)]
+struct Deleted {
+    pod: String,
+    uid: String,
+    lists_before: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
     expected: HashMap<ObjectRef<VirtualMachine>, Expected>,
+    deleted: HashMap<ObjectRef<VirtualMachine>, Deleted>,
     lists: HashMap<ListScope, Lists>,
 }
 
@@ -71,11 +83,52 @@ impl PodExpectations {
         self.lock().expected.remove(vm);
     }
 
-    /// The pod watch delivered `pod` of `vm`, added, changed or deleted.
-    pub fn observed(&self, vm: &ObjectRef<VirtualMachine>, pod: &str) {
+    /// The pod watch delivered `pod` of `vm`, added, changed or deleted; `ending`: it is
+    /// terminating or gone.
+    pub fn observed(&self, vm: &ObjectRef<VirtualMachine>, pod: &str, ending: bool) {
         let mut state = self.lock();
         if state.expected.get(vm).is_some_and(|e| e.pod == pod) {
             state.expected.remove(vm);
+        }
+        if ending && state.deleted.get(vm).is_some_and(|d| d.pod == pod) {
+            state.deleted.remove(vm);
+        }
+    }
+
+    /// Records that `pod` (with `uid`) of `vm` was deleted.
+    pub fn deleted(&self, vm: ObjectRef<VirtualMachine>, pod: String, uid: String) {
+        let mut state = self.lock();
+        let lists_before = state.lists_of(&vm).started;
+        state.deleted.insert(
+            vm,
+            Deleted {
+                pod,
+                uid,
+                lists_before,
+            },
+        );
+    }
+
+    /// Marks, among `pods` (the cached pods of `vm`), the one this instance deleted as
+    /// terminating while the cache still shows it live (`now` as its deletion time);
+    /// forgets the deletion once the cache shows it ending, or a list taken after it has
+    /// completed.
+    pub fn mark_deleted(&self, vm: &ObjectRef<VirtualMachine>, pods: &mut [Pod], now: &Time) {
+        let mut state = self.lock();
+        let Some(deleted) = state.deleted.get(vm) else {
+            return;
+        };
+        let listed_after = state.lists_of(vm).completed > deleted.lists_before;
+        let cached = pods
+            .iter_mut()
+            .find(|p| p.name_any() == deleted.pod && p.uid().as_deref() == Some(&deleted.uid));
+        match cached {
+            Some(pod) if pod.metadata.deletion_timestamp.is_none() && !listed_after => {
+                pod.metadata.deletion_timestamp = Some(now.clone());
+            }
+            _ => {
+                state.deleted.remove(vm);
+            }
         }
     }
 
@@ -142,9 +195,9 @@ mod tests {
         assert_eq!(expectations.pending(&vm, &[]), None);
         // Delivered by the watch (even if deleted again before a reconcile saw it).
         expectations.expect(vm.clone(), "vm-abc".into());
-        expectations.observed(&vm, "vm-other");
+        expectations.observed(&vm, "vm-other", false);
         assert!(expectations.pending(&vm, &[]).is_some());
-        expectations.observed(&vm, "vm-abc");
+        expectations.observed(&vm, "vm-abc", false);
         assert_eq!(expectations.pending(&vm, &[]), None);
         // A re-list that started before the create proves nothing; one that started after
         // and completed without the pod does — of the VM's namespace, or of all.
@@ -165,5 +218,46 @@ mod tests {
             expectations.listed(scope);
             assert_eq!(expectations.pending(&vm, &[]), None);
         }
+    }
+
+    #[test]
+    fn a_deleted_pod_the_cache_still_shows_live_is_taken_for_terminating() {
+        let expectations = PodExpectations::default();
+        let vm = ObjectRef::new("vm").within("dev");
+        let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap());
+        let live = || {
+            let mut p = pod("vm-abc");
+            p.metadata.uid = Some("u1".into());
+            p
+        };
+        expectations.deleted(vm.clone(), "vm-abc".into(), "u1".into());
+        let mut pods = vec![live()];
+        expectations.mark_deleted(&vm, &mut pods, &now);
+        assert_eq!(pods[0].metadata.deletion_timestamp, Some(now.clone()));
+        // Another pod of that name (another uid) is not it.
+        let mut other = vec![live()];
+        other[0].metadata.uid = Some("u2".into());
+        expectations.mark_deleted(&vm, &mut other, &now);
+        assert_eq!(other[0].metadata.deletion_timestamp, None);
+        // Evidence ends it: the watch shows it terminating (or gone).
+        expectations.deleted(vm.clone(), "vm-abc".into(), "u1".into());
+        expectations.observed(&vm, "vm-abc", false);
+        let mut pods = vec![live()];
+        expectations.mark_deleted(&vm, &mut pods, &now);
+        assert!(
+            pods[0].metadata.deletion_timestamp.is_some(),
+            "a change is no evidence"
+        );
+        expectations.observed(&vm, "vm-abc", true);
+        let mut pods = vec![live()];
+        expectations.mark_deleted(&vm, &mut pods, &now);
+        assert_eq!(pods[0].metadata.deletion_timestamp, None);
+        // So does a list taken after the deletion.
+        expectations.deleted(vm.clone(), "vm-abc".into(), "u1".into());
+        expectations.list_started(Some("dev".into()));
+        expectations.listed(Some("dev".into()));
+        let mut pods = vec![live()];
+        expectations.mark_deleted(&vm, &mut pods, &now);
+        assert_eq!(pods[0].metadata.deletion_timestamp, None);
     }
 }

@@ -1,5 +1,7 @@
 //! Runner pods by the VM that controls them, kept beside the pod cache so that finding a
-//! VM's pods never scans every pod.
+//! VM's pods never scans every pod — and, for a VM left without pods, the last pod the watch
+//! showed gone: the evidence that a pod its status names is not merely missing from a
+//! label-selected cache.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -8,38 +10,71 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::api::VirtualMachine;
 
+#[derive(Debug, Default)]
+struct Index {
+    by_vm: HashMap<ObjectRef<VirtualMachine>, BTreeSet<String>>,
+    /// VMs without pods: the name of the last one seen gone.
+    gone: HashMap<ObjectRef<VirtualMachine>, String>,
+}
+
 /// Pod names by controlling VM, following the pod cache.
 #[derive(Debug, Default)]
 pub struct PodIndex {
-    by_vm: Mutex<HashMap<ObjectRef<VirtualMachine>, BTreeSet<String>>>,
+    index: Mutex<Index>,
 }
 
 impl PodIndex {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<VirtualMachine>, BTreeSet<String>>> {
+    fn lock(&self) -> MutexGuard<'_, Index> {
         // Every update leaves a whole index: a panicking holder left a usable one.
-        self.by_vm.lock().unwrap_or_else(PoisonError::into_inner)
+        self.index.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `vm` controls the pod `name` (added or changed).
     pub fn insert(&self, vm: ObjectRef<VirtualMachine>, name: String) {
-        self.lock().entry(vm).or_default().insert(name);
+        let mut index = self.lock();
+        index.gone.remove(&vm);
+        index.by_vm.entry(vm).or_default().insert(name);
     }
 
     /// The pod `name` of `vm` is gone.
     pub fn remove(&self, vm: &ObjectRef<VirtualMachine>, name: &str) {
-        let mut by_vm = self.lock();
-        if let Some(names) = by_vm.get_mut(vm) {
+        let mut index = self.lock();
+        if let Some(names) = index.by_vm.get_mut(vm) {
             names.remove(name);
             if names.is_empty() {
-                by_vm.remove(vm);
+                index.by_vm.remove(vm);
             }
         }
+        if !index.by_vm.contains_key(vm) {
+            index.gone.insert(vm.clone(), name.to_string());
+        }
+    }
+
+    /// Whether the pod `name` of `vm` is known to be gone (the watch showed it go, or a
+    /// look-up found none), while `vm` has no pod.
+    #[must_use]
+    pub fn known_gone(&self, vm: &ObjectRef<VirtualMachine>, name: &str) -> bool {
+        self.lock().gone.get(vm).is_some_and(|n| n == name)
+    }
+
+    /// Records that the pod `name` of `vm` is gone (a look-up found none of the VM's).
+    pub fn mark_gone(&self, vm: &ObjectRef<VirtualMachine>, name: &str) {
+        let mut index = self.lock();
+        if !index.by_vm.contains_key(vm) {
+            index.gone.insert(vm.clone(), name.to_string());
+        }
+    }
+
+    /// Forgets the VMs for which `exists` is false.
+    pub fn retain(&self, exists: impl Fn(&ObjectRef<VirtualMachine>) -> bool) {
+        self.lock().gone.retain(|vm, _| exists(vm));
     }
 
     /// The names of the pods `vm` controls.
     #[must_use]
     pub fn pods_of(&self, vm: &ObjectRef<VirtualMachine>) -> Vec<String> {
         self.lock()
+            .by_vm
             .get(vm)
             .map(|names| names.iter().cloned().collect())
             .unwrap_or_default()
@@ -50,10 +85,13 @@ impl PodIndex {
 mod tests {
     use super::*;
 
+    fn vm(name: &str) -> ObjectRef<VirtualMachine> {
+        ObjectRef::<VirtualMachine>::new(name).within("dev")
+    }
+
     #[test]
     fn pods_are_found_by_vm() {
         let index = PodIndex::default();
-        let vm = |name: &str| ObjectRef::<VirtualMachine>::new(name).within("dev");
         index.insert(vm("a"), "a-2".into());
         index.insert(vm("a"), "a-1".into());
         index.insert(vm("b"), "b-1".into());
@@ -63,7 +101,24 @@ mod tests {
         assert_eq!(index.pods_of(&vm("a")), ["a-2"]);
         index.remove(&vm("a"), "a-2");
         index.remove(&vm("c"), "c-1");
-        assert!(index.pods_of(&vm("a")).is_empty() && index.lock().len() == 1);
+        assert!(index.pods_of(&vm("a")).is_empty() && index.lock().by_vm.len() == 1);
         assert_eq!(index.pods_of(&vm("b")), ["b-1"]);
+    }
+
+    #[test]
+    fn the_last_pod_seen_gone_is_remembered_until_the_vm_has_a_pod_again() {
+        let index = PodIndex::default();
+        index.insert(vm("a"), "a-1".into());
+        index.insert(vm("a"), "a-2".into());
+        index.remove(&vm("a"), "a-1");
+        assert!(!index.known_gone(&vm("a"), "a-1"), "the VM still has a pod");
+        index.remove(&vm("a"), "a-2");
+        assert!(index.known_gone(&vm("a"), "a-2"));
+        assert!(!index.known_gone(&vm("a"), "a-3"));
+        index.insert(vm("a"), "a-3".into());
+        assert!(!index.known_gone(&vm("a"), "a-2"));
+        index.remove(&vm("a"), "a-3");
+        index.retain(|v| v != &vm("a"));
+        assert!(!index.known_gone(&vm("a"), "a-3"));
     }
 }

@@ -63,7 +63,8 @@ pub async fn run(
                         client.clone(),
                         vm.namespace.as_deref().unwrap_or_default(),
                     );
-                    match relabel_pod(&api, &pod.name_any(), &vm.name).await {
+                    let uid = pod.uid().unwrap_or_default();
+                    match relabel_pod(&api, &pod.name_any(), &uid, &vm.name).await {
                         // Back in the cache with its next event: nothing was deleted.
                         Ok(Written::Changed) => {
                             tracing::info!(pod = %pod.name_any(), %vm, "runner pod had lost its label; put it back");
@@ -78,7 +79,7 @@ pub async fn run(
                 observed(&pod, &index, &expectations, &trigger, false);
             }
             // Pods are validated by the API server: every one is readable.
-            CacheEvent::Invalid(_) => {}
+            CacheEvent::Invalid(_) | CacheEvent::InvalidGone(_) => {}
         }
     }
 }
@@ -97,7 +98,11 @@ fn observed(
     } else {
         index.remove(&vm, &name);
     }
-    expectations.observed(&vm, &name);
+    expectations.observed(
+        &vm,
+        &name,
+        !exists || pod.metadata.deletion_timestamp.is_some(),
+    );
     trigger.reconcile(vm);
 }
 

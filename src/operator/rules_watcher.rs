@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use super::Context;
 use super::cache_events::CacheEvent;
 use super::trigger::Trigger;
+use super::unreadable_mappings::Held;
 use crate::rule_change;
 
 /// What a mapping or namespace watch event means for the VMs.
@@ -24,6 +25,9 @@ pub enum Change {
     Rules,
     /// A namespace's labels may have changed: its VMs re-resolve.
     Namespace(String),
+    /// What holds the VMs of a namespace (`None`: of all) changed: an unreadable mapping
+    /// without a readable version came or went.
+    Held(Held),
 }
 
 impl Change {
@@ -32,7 +36,10 @@ impl Change {
     pub fn of_mapping<K>(event: &CacheEvent<K>) -> Option<Change> {
         match event {
             CacheEvent::Applied(_) | CacheEvent::Deleted(_) => Some(Change::Rules),
-            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) | CacheEvent::Invalid(_) => None,
+            CacheEvent::ListStarted(_)
+            | CacheEvent::Listed(_)
+            | CacheEvent::Invalid(_)
+            | CacheEvent::InvalidGone(_) => None,
         }
     }
 
@@ -42,7 +49,10 @@ impl Change {
             CacheEvent::Applied(ns) | CacheEvent::Deleted(ns) => {
                 Some(Change::Namespace(ns.name_any()))
             }
-            CacheEvent::ListStarted(_) | CacheEvent::Listed(_) | CacheEvent::Invalid(_) => None,
+            CacheEvent::ListStarted(_)
+            | CacheEvent::Listed(_)
+            | CacheEvent::Invalid(_)
+            | CacheEvent::InvalidGone(_) => None,
         }
     }
 }
@@ -52,6 +62,7 @@ impl Change {
 struct Burst {
     rules: bool,
     namespaces: BTreeSet<String>,
+    held: BTreeSet<Held>,
 }
 
 impl Burst {
@@ -60,6 +71,9 @@ impl Burst {
             Change::Rules => self.rules = true,
             Change::Namespace(ns) => {
                 self.namespaces.insert(ns);
+            }
+            Change::Held(held) => {
+                self.held.insert(held);
             }
         }
     }
@@ -129,6 +143,16 @@ pub async fn run(
                 apply_namespace_change(&ctx, ns, &trigger);
             }
         }
+        // VMs held by an unreadable mapping, or released: they say so (or act again).
+        if burst.held.contains(&None) {
+            for vm in ctx.caches.vms.state() {
+                trigger.reconcile(ObjectRef::from_obj(vm.as_ref()));
+            }
+        } else {
+            for ns in burst.held.iter().flatten() {
+                apply_namespace_change(&ctx, ns, &trigger);
+            }
+        }
     }
 }
 
@@ -154,7 +178,7 @@ fn apply_rule_change(ctx: &Context, trigger: &Trigger) {
     ctx.mapping_status_due.notify_one();
 }
 
-/// Asks for a reconcile of every VM of a namespace (its labels changed).
+/// Asks for a reconcile of every VM of a namespace.
 fn apply_namespace_change(ctx: &Context, namespace: &str, trigger: &Trigger) {
     for vm in ctx.caches.vms.state() {
         if vm.namespace().as_deref() == Some(namespace) {

@@ -11,7 +11,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
 use super::followed_tags::{Followed, Lookup};
-use super::writes::{PodDeletion, Written, apply_status, create_pod, delete_pod, name_of};
+use super::writes::{
+    PodDeletion, Written, apply_status, create_pod, delete_pod, name_of, relabel_pod,
+};
 use crate::api::VirtualMachine;
 use crate::conditions;
 use crate::rules::Mode;
@@ -27,6 +29,8 @@ pub enum ReconcileError {
     CreatePod { pod: String, source: kube::Error },
     #[error("deleting pod {pod}: {source}")]
     DeletePod { pod: String, source: kube::Error },
+    #[error("looking up pod {pod}, which the VM's status names: {source}")]
+    LookUpPod { pod: String, source: kube::Error },
 }
 
 impl ReconcileError {
@@ -37,6 +41,7 @@ impl ReconcileError {
             ReconcileError::Status { .. } => "status_write",
             ReconcileError::CreatePod { .. } => "pod_create",
             ReconcileError::DeletePod { .. } => "pod_delete",
+            ReconcileError::LookUpPod { .. } => "pod_lookup",
         }
     }
 }
@@ -72,6 +77,9 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
     }
     // The status this operator wrote may not be in the cache yet: plan from the latest.
     let latest = ctx.status_memory.latest(vm);
+    if let Some(wait) = look_up_named_pod(&latest, ctx, &namespace).await? {
+        return Ok(wait);
+    }
     let mut plan = observe_and_plan(&latest, ctx, &namespace, None);
     let replaces = plan
         .actions
@@ -97,6 +105,62 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
             None => Err(ReconcileError::CreatePod { pod, source }),
         },
         result => result,
+    }
+}
+
+/// When the VM's status names a pod and the cache holds none of the VM's pods, with no
+/// evidence that the pod is gone: looks it up by name before the plan takes it for gone.
+/// The cache selects runner pods by their label, and a pod that lost it while no operator
+/// watched never reached it. The VM's own pod (its controller reference names this VM's
+/// uid) gets its label back, with a UID precondition, and the reconcile waits for the cache
+/// to show it (`Some`); a pod found missing, or not the VM's, is remembered as gone.
+async fn look_up_named_pod(
+    vm: &VirtualMachine,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Option<Action>, ReconcileError> {
+    let Some(name) = vm.status.as_ref().and_then(|s| s.pod_name.as_deref()) else {
+        return Ok(None);
+    };
+    let vm_ref = ObjectRef::from_obj(vm);
+    let index = &ctx.caches.pod_index;
+    if !index.pods_of(&vm_ref).is_empty()
+        || index.known_gone(&vm_ref, name)
+        || ctx.expectations.pending(&vm_ref, &[]).is_some()
+    {
+        return Ok(None);
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let found = api
+        .get_opt(name)
+        .await
+        .map_err(|source| ReconcileError::LookUpPod {
+            pod: name.to_string(),
+            source,
+        })?;
+    let own = found.filter(|pod| {
+        pod.owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == vm.metadata.uid.as_ref())
+    });
+    let Some(pod) = own else {
+        index.mark_gone(&vm_ref, name);
+        return Ok(None);
+    };
+    let uid = pod.uid().unwrap_or_default();
+    match relabel_pod(&api, name, &uid, &vm.name_any()).await {
+        Ok(Written::Gone) => {
+            index.mark_gone(&vm_ref, name);
+            Ok(None)
+        }
+        Ok(_) => {
+            tracing::info!(vm = %name_of(vm), pod = %name, "the pod the VM's status names had lost its label; put it back");
+            Ok(Some(Action::requeue(WAITING_RECHECK)))
+        }
+        Err(source) => Err(ReconcileError::LookUpPod {
+            pod: name.to_string(),
+            source,
+        }),
     }
 }
 
@@ -158,10 +222,16 @@ fn observe_and_plan(
         },
         previous,
     );
-    let pods = ctx.caches.pods_of(vm);
+    let now = conditions::now();
+    let vm_ref = ObjectRef::from_obj(vm);
+    let mut pods = ctx.caches.pods_of(vm);
+    // A pod this operator deleted that the cache still shows live is terminating: never
+    // deleted (nor replaced, nor announced) twice while the pod watch lags.
+    ctx.expectations.mark_deleted(&vm_ref, &mut pods, &now);
     let pods: Vec<&Pod> = pods.iter().collect();
-    let expected = ctx.expectations.pending(&ObjectRef::from_obj(vm), &pods);
+    let expected = ctx.expectations.pending(&vm_ref, &pods);
     let refused = ctx.create_failures.of(vm, std::time::Instant::now());
+    let held = ctx.caches.unreadable_mappings.holding(namespace);
     vm_plan::plan(&Observation {
         vm,
         pods,
@@ -169,7 +239,8 @@ fn observe_and_plan(
         expected_pod: expected.as_deref(),
         create_failure: refused.as_ref(),
         recreation_wait,
-        now: conditions::now(),
+        rules_unknown: held.as_deref(),
+        now,
     })
 }
 
@@ -210,17 +281,27 @@ async fn apply(
             PodAction::Create(pod) => {
                 create(ctx, &pods, &vm_ref, pod).await?;
             }
-            PodAction::Delete { name, uid } => {
-                delete(&pods, name, uid).await?;
+            PodAction::Delete { name, uid, grace } => {
+                if delete(&pods, name, uid, *grace).await? != PodDeletion::Replaced {
+                    ctx.expectations
+                        .deleted(vm_ref.clone(), name.clone(), uid.clone());
+                }
                 ctx.expectations.forget(&vm_ref);
             }
-            PodAction::Replace { name, uid, new } => {
+            PodAction::Replace {
+                name,
+                uid,
+                grace,
+                new,
+            } => {
                 // (The recreation budget was taken when planning.)
                 // An unscheduled pod is gone at once; a running one terminates first, and its
                 // deletion event brings the VM back here to create the replacement.
-                let deletion = delete(&pods, name, uid).await?;
+                let deletion = delete(&pods, name, uid, *grace).await?;
                 if deletion != PodDeletion::Replaced {
                     ctx.observers.metrics.recreated();
+                    ctx.expectations
+                        .deleted(vm_ref.clone(), name.clone(), uid.clone());
                 }
                 match deletion {
                     PodDeletion::Gone => {
@@ -259,8 +340,13 @@ async fn create(
     Ok(())
 }
 
-async fn delete(api: &Api<Pod>, name: &str, uid: &str) -> Result<PodDeletion, ReconcileError> {
-    delete_pod(api, name, uid)
+async fn delete(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    grace: Option<u32>,
+) -> Result<PodDeletion, ReconcileError> {
+    delete_pod(api, name, uid, grace)
         .await
         .map_err(|source| ReconcileError::DeletePod {
             pod: name.to_string(),

@@ -67,16 +67,23 @@ pub async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<Written, kube::Erro
 }
 
 /// Puts the label naming its VM back on a runner pod that lost it (someone edited the
-/// pod), so that the pod cache, which selects runner pods by that label, holds it again.
-pub async fn relabel_pod(api: &Api<Pod>, name: &str, vm: &str) -> Result<Written, kube::Error> {
-    let patch = json!({"metadata": {"labels": {crate::runner_pod::VM_LABEL: vm}}});
+/// pod), so that the pod cache, which selects runner pods by that label, holds it again;
+/// `uid` is a precondition (another pod of that name is left alone: 409).
+pub async fn relabel_pod(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    vm: &str,
+) -> Result<Written, kube::Error> {
+    let patch = json!({"metadata": {"uid": uid, "labels": {crate::runner_pod::VM_LABEL: vm}}});
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
     match api.patch(name, &params, &Patch::Merge(&patch)).await {
         Ok(_) => Ok(Written::Changed),
-        Err(e) if is_status(&e, 404) => Ok(Written::Gone),
+        // Gone, or another pod of that name now.
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(Written::Gone),
         Err(e) => Err(e),
     }
 }
@@ -98,13 +105,20 @@ fn gone(pod: &Pod) -> bool {
     pod.metadata.deletion_grace_period_seconds == Some(0) && pod.finalizers().is_empty()
 }
 
-/// Deletes a pod with a UID precondition; the response says whether it is gone.
-pub async fn delete_pod(api: &Api<Pod>, name: &str, uid: &str) -> Result<PodDeletion, kube::Error> {
+/// Deletes a pod with a UID precondition (and `grace`, when given, as its grace period);
+/// the response says whether it is gone.
+pub async fn delete_pod(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    grace: Option<u32>,
+) -> Result<PodDeletion, kube::Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_string()),
             resource_version: None,
         }),
+        grace_period_seconds: grace,
         ..DeleteParams::default()
     };
     match api.delete(name, &params).await {

@@ -14,7 +14,8 @@ pub const POD_RECREATED: &str = "PodRecreated";
 pub const RESTARTING: &str = "Restarting";
 
 /// The condition states that warn when entered: `(condition type, reason)`.
-const WARNINGS: [(&str, &str); 6] = [
+const WARNINGS: [(&str, &str); 7] = [
+    (kind::IMAGES_RESOLVED, reason::MAPPING_UNREADABLE),
     (kind::READY, reason::POD_CREATE_FAILED),
     (kind::IMAGES_RESOLVED, reason::INVALID_REWRITE),
     (kind::IMAGES_RESOLVED, reason::DISALLOWED_TARGET),

@@ -39,6 +39,9 @@ pub struct Observation<'a> {
     pub create_failure: Option<&'a CreateFailure>,
     /// The liveReload recreation budget is spent; one is free again after this long.
     pub recreation_wait: Option<Duration>,
+    /// Why the rules that could map this VM are unknown (a mapping cannot be read), if
+    /// they are: no pod is created or replaced.
+    pub rules_unknown: Option<&'a str>,
     pub now: Time,
 }
 
@@ -55,16 +58,20 @@ pub struct CreateFailure {
 #[derive(Debug, Clone, PartialEq)]
 pub enum PodAction {
     Create(Box<Pod>),
-    /// Delete with a UID precondition.
+    /// Delete with a UID precondition (and, for a pod whose own grace period is 0, a grace
+    /// period of `grace` seconds: see [`crate::runner_pod::MIN_GRACE_SECONDS`]).
     Delete {
         name: String,
         uid: String,
+        grace: Option<u32>,
     },
-    /// liveReload: delete the old pod (UID precondition), then create the new one as soon as
-    /// the old one is gone — in the same pass when its deletion is immediate.
+    /// liveReload: delete the old pod (UID precondition, `grace` as for `Delete`), then
+    /// create the new one as soon as the old one is gone — in the same pass when its
+    /// deletion is immediate.
     Replace {
         name: String,
         uid: String,
+        grace: Option<u32>,
         new: Box<Pod>,
     },
 }
@@ -114,6 +121,9 @@ impl Plan {
 pub fn plan(obs: &Observation<'_>) -> Plan {
     let vm = obs.vm;
     let prev = vm.status.clone().unwrap_or_default();
+    if let Some(why) = obs.rules_unknown {
+        return held(vm, prev, why, &obs.now);
+    }
     // The caches are behind this operator's own writes: decide once they show the pod.
     if let Some(expected) = obs.expected_pod
         && !obs.pods.iter().any(|p| p.name_any() == expected)
@@ -172,6 +182,45 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         actions: pods.actions,
         events,
         waiting: pods.waiting,
+    }
+}
+
+/// The plan of a VM whose rules are unknown: its pods stay as they are, and its status says
+/// why (`ImagesResolved=Unknown`, `MappingUnreadable`, stalled until a person fixes it).
+fn held(vm: &VirtualMachine, prev: VirtualMachineStatus, why: &str, now: &Time) -> Plan {
+    use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
+    let build = Conditions::new(&prev.conditions, vm.metadata.generation, now);
+    let mut conditions: Vec<_> = prev
+        .conditions
+        .iter()
+        .filter(|c| {
+            ![kind::IMAGES_RESOLVED, kind::STALLED, kind::RECONCILING].contains(&c.type_.as_str())
+        })
+        .cloned()
+        .collect();
+    conditions.push(build.build(
+        kind::IMAGES_RESOLVED,
+        Status::Unknown,
+        reason::MAPPING_UNREADABLE,
+        why.to_string(),
+    ));
+    let rules = KstatusRules {
+        stalled: &[(kind::IMAGES_RESOLVED, reason::MAPPING_UNREADABLE)],
+        reconciling: &[],
+    };
+    let conditions = with_kstatus(&build, conditions, &rules);
+    let events = events::events(&[], &prev.conditions, &conditions);
+    Plan {
+        status: VirtualMachineStatus {
+            observed_generation: vm.metadata.generation,
+            conditions,
+            ..prev
+        },
+        actions: Vec::new(),
+        events,
+        waiting: false,
+        write_status: true,
+        recheck: None,
     }
 }
 

@@ -137,7 +137,16 @@ fn delete(pod: &Pod) -> PodAction {
     PodAction::Delete {
         name: pod.name_any(),
         uid: pod.uid().unwrap_or_default(),
+        grace: grace_floor(pod),
     }
+}
+
+/// The grace period to delete `pod` with when its own is below the floor (a pod made
+/// before the floor was), so that the kubelet's confirmation is what removes it.
+fn grace_floor(pod: &Pod) -> Option<u32> {
+    let own = pod.spec.as_ref()?.termination_grace_period_seconds?;
+    (own < runner_pod::MIN_GRACE_SECONDS)
+        .then(|| u32::try_from(runner_pod::MIN_GRACE_SECONDS).unwrap_or(1))
 }
 
 impl PodDecision {
@@ -254,6 +263,7 @@ impl Inputs<'_> {
                     out.actions.push(PodAction::Replace {
                         name: pod.name_any(),
                         uid: pod.uid().unwrap_or_default(),
+                        grace: grace_floor(pod),
                         new: Box::new(new),
                     });
                 }

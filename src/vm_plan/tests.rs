@@ -52,6 +52,7 @@ fn run(vm: &VirtualMachine, pods: &[Pod], res: &VmResolution) -> Plan {
         expected_pod: None,
         create_failure: None,
         recreation_wait: None,
+        rules_unknown: None,
         now: now(),
     })
 }
@@ -296,6 +297,7 @@ fn stale_and_terminating_pods_block_creation() {
         expected_pod: Some("x"),
         create_failure: None,
         recreation_wait: None,
+        rules_unknown: None,
         now: now(),
     });
     assert!(p.actions.is_empty() && p.waiting);
@@ -336,6 +338,7 @@ fn transition_times_are_kept_while_a_condition_holds() {
         expected_pod: None,
         create_failure: None,
         recreation_wait: None,
+        rules_unknown: None,
         now: later,
     });
     assert_eq!(p2.status, p.status);
@@ -399,6 +402,7 @@ fn a_starting_pod_defers_the_status_write_until_it_runs_or_its_grace_ends() {
         expected_pod: None,
         create_failure: None,
         recreation_wait: None,
+        rules_unknown: None,
         now: later,
     });
     assert!(p.write_status && p.recheck.is_none());
@@ -454,6 +458,7 @@ fn a_refused_create_says_why_and_waits_for_its_retry() {
             expected_pod: None,
             create_failure: Some(failure),
             recreation_wait: None,
+            rules_unknown: None,
             now: now(),
         })
     };
@@ -506,6 +511,7 @@ fn a_refused_create_says_why_and_waits_for_its_retry() {
         expected_pod: None,
         create_failure: Some(&due),
         recreation_wait: None,
+        rules_unknown: None,
         now: now(),
     });
     let ready = crate::conditions::find(&p3.status.conditions, "Ready").unwrap();
@@ -528,6 +534,7 @@ fn a_replacement_held_by_the_recreation_budget_keeps_the_pod_and_says_so() {
         expected_pod: None,
         create_failure: None,
         recreation_wait: Some(wait),
+        rules_unknown: None,
         now: now(),
     });
     assert!(p.actions.is_empty(), "{:?}", p.actions);
@@ -584,6 +591,7 @@ fn a_pod_that_ends_soon_is_restarted_after_a_back_off() {
             expected_pod: None,
             create_failure: None,
             recreation_wait: None,
+            rules_unknown: None,
             now,
         })
     };
@@ -604,4 +612,75 @@ fn a_pod_that_ends_soon_is_restarted_after_a_back_off() {
     assert!(matches!(&p.actions[..], [PodAction::Delete { .. }]));
     assert_eq!((p.status.restart_count, p.status.crash_loop_count), (1, 1));
     assert_eq!(p.events[0].reason, "Restarting");
+}
+
+#[test]
+fn with_its_rules_unknown_a_vm_keeps_its_pod_and_says_why() {
+    let mut v = vm(true, "Always");
+    let mut pods = Vec::new();
+    settle(&mut v, &mut pods, &resolution("disk:1"));
+    let why = "ImageMapping dev/m cannot be read";
+    let p = plan(&Observation {
+        vm: &v,
+        pods: pods.iter().collect(),
+        resolution: &resolution("disk:2"),
+        expected_pod: None,
+        create_failure: None,
+        recreation_wait: None,
+        rules_unknown: Some(why),
+        now: now(),
+    });
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let resolved = crate::conditions::find(&p.status.conditions, "ImagesResolved").unwrap();
+    assert_eq!(
+        (resolved.status.as_str(), resolved.reason.as_str()),
+        ("Unknown", "MappingUnreadable")
+    );
+    assert!(resolved.message.contains(why));
+    assert!(crate::conditions::find(&p.status.conditions, "Stalled").is_some());
+    // The status keeps what the pod runs.
+    assert_eq!(
+        p.status.resolved_images,
+        v.status.as_ref().unwrap().resolved_images
+    );
+    assert_eq!(p.events.len(), 1);
+    assert!(p.events[0].warning && p.events[0].reason == "MappingUnreadable");
+}
+
+#[test]
+fn a_pod_whose_own_grace_period_is_zero_is_deleted_with_one_second() {
+    let mut v = vm(true, "Always");
+    let mut pods = Vec::new();
+    settle(&mut v, &mut pods, &resolution("disk:1"));
+    assert_eq!(
+        pods[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .termination_grace_period_seconds,
+        Some(5)
+    );
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(matches!(
+        &p.actions[..],
+        [PodAction::Replace { grace: None, .. }]
+    ));
+    // A pod made before the floor, with 0.
+    pods[0]
+        .spec
+        .as_mut()
+        .unwrap()
+        .termination_grace_period_seconds = Some(0);
+    let p = run(&v, &pods, &resolution("disk:2"));
+    assert!(matches!(
+        &p.actions[..],
+        [PodAction::Replace { grace: Some(1), .. }]
+    ));
+    v.spec.termination_grace_period_seconds = Some(0);
+    let built =
+        crate::runner_pod::build(&v, &v.status.as_ref().unwrap().resolved_images, 0).unwrap();
+    assert_eq!(
+        built.spec.unwrap().termination_grace_period_seconds,
+        Some(1)
+    );
 }
