@@ -15,36 +15,32 @@ pub fn excerpt(text: &str) -> String {
 /// `text`, printable and at most `max` characters long (`…` marks a cut).
 #[must_use]
 pub fn excerpt_to(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max.saturating_mul(4)));
-    let mut kept = 0;
-    let mut pending_space = false;
-    let mut chars = text.chars().map(printable).peekable();
-    while let Some(c) = chars.next() {
+    // Words (runs of printable characters), each once, until one more than fits is known.
+    let mut kept: Vec<char> = Vec::with_capacity(max.min(text.len()) + 1);
+    let mut space = false;
+    for c in text.chars().map(printable) {
         if c == ' ' {
-            pending_space = kept > 0;
+            space = !kept.is_empty();
             continue;
         }
-        let needed = usize::from(pending_space) + 1;
-        // The last place is kept for the ellipsis while more text follows.
-        let more = chars.peek().is_some();
-        if kept + needed > max || (more && kept + needed == max) {
-            if max > 0 {
-                while kept >= max {
-                    out.pop();
-                    kept -= 1;
-                }
-                out.push('…');
-            }
-            return out;
+        if std::mem::take(&mut space) {
+            kept.push(' ');
         }
-        if std::mem::take(&mut pending_space) {
-            out.push(' ');
-            kept += 1;
+        kept.push(c);
+        if kept.len() > max {
+            break;
         }
-        out.push(c);
-        kept += 1;
     }
-    out
+    if kept.len() > max {
+        kept.truncate(max.saturating_sub(1));
+        while kept.last() == Some(&' ') {
+            kept.pop();
+        }
+        if max > 0 {
+            kept.push('…');
+        }
+    }
+    kept.into_iter().collect()
 }
 
 /// `text` cut to at most `max_bytes` bytes on a character boundary, `…` marking a cut: our
@@ -56,11 +52,20 @@ pub fn cut_bytes(text: &str, max_bytes: usize) -> String {
         return text.to_string();
     }
     let ellipsis = '…'.len_utf8();
-    let mut end = max_bytes.saturating_sub(ellipsis);
+    let room = if max_bytes >= ellipsis {
+        max_bytes - ellipsis
+    } else {
+        max_bytes
+    };
+    let mut end = room;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    if max_bytes >= ellipsis {
+        format!("{}…", &text[..end])
+    } else {
+        text[..end].to_string()
+    }
 }
 
 /// White space for every character a terminal or a UI would act on rather than show.
@@ -95,6 +100,12 @@ mod tests {
         assert_eq!(excerpt_to("abcdefg", 6), "abcde…");
         assert_eq!(excerpt_to("abc def", 4), "abc…");
         assert_eq!(excerpt_to("abc", 0), "");
+        assert_eq!(
+            excerpt_to("abcd ", 4),
+            "abcd",
+            "trailing space is no more text"
+        );
+        assert_eq!(excerpt_to("abcd  \n", 4), "abcd");
         for n in 0..40 {
             let text = "word ".repeat(n);
             for max in 1..12 {
@@ -109,5 +120,8 @@ mod tests {
         let cut = cut_bytes(&"é".repeat(100), 11);
         assert!(cut.len() <= 11 && cut.ends_with('…'), "{cut}");
         assert_eq!(cut_bytes("abcdefghij", 6), "abc…");
+        for max in 0..4 {
+            assert!(cut_bytes("abcdefghij", max).len() <= max, "{max}");
+        }
     }
 }

@@ -228,6 +228,10 @@ async fn a_push_notification_moves_the_pod_at_once_and_a_forged_one_changes_noth
     let first = registry.push("vm-compute-node-v17", "dev", "build 1");
     let token_file = std::env::temp_dir().join(format!("{}-notification-token", e.ns));
     std::fs::write(&token_file, token).unwrap();
+    let endpoint = imagemap::operator::RegistryNotifications {
+        addr: format!("127.0.0.1:{notify_port}"),
+        token: std::sync::Arc::new(imagemap::operator::TokenFile::open(&token_file).unwrap()),
+    };
     let op = Operator::start(
         &[&e.ns],
         Options {
@@ -235,16 +239,13 @@ async fn a_push_notification_moves_the_pod_at_once_and_a_forged_one_changes_noth
             tag_poll_interval: Duration::from_mins(5),
             insecure_registries: vec![registry.host()],
             allowed_registries: AllowedRegistries::only(vec![registry.host()]),
-            registry_notifications: Some(imagemap::operator::RegistryNotifications {
-                addr: format!("127.0.0.1:{notify_port}"),
-                token: std::sync::Arc::new(
-                    imagemap::operator::TokenFile::open(&token_file).unwrap(),
-                ),
-            }),
             ..Options::default()
         },
     )
     .await;
+    let _endpoint = imagemap::operator::serve_notifications(&endpoint, &op.observers)
+        .await
+        .unwrap();
     e.add_mapping("constant", follow_rule(&tag)).await;
     // No grace period: the old pod goes at once, so the time measured is the operator's.
     let mut live = vm("live", true, "Always", COMPUTE);

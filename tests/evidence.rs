@@ -216,14 +216,36 @@ async fn a_replacement_is_issued_once_while_the_pod_watch_lags() {
     wait_single_pod(&e, "dev", &image(1)).await;
     never_two.check().await;
     let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
-    let recreated = wait_list(events, watcher::Config::default(), "PodRecreated", |evs| {
-        evs.iter()
-            .any(|ev| ev.reason.as_deref() == Some("PodRecreated"))
-    })
-    .await
-    .iter()
-    .filter(|ev| ev.reason.as_deref() == Some("PodRecreated"))
-    .count();
+    wait_list(
+        events.clone(),
+        watcher::Config::default(),
+        "PodRecreated",
+        |evs| {
+            evs.iter()
+                .any(|ev| ev.reason.as_deref() == Some("PodRecreated"))
+        },
+    )
+    .await;
+    // Queued Events go out once reconciles are idle: after one more, any duplicate is in.
+    let reconciles = op.progress.reconciles();
+    let at = *reconciles.borrow();
+    e.vms
+        .patch(
+            "dev",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    wait_value(reconciles, "a reconcile after the replacement", |n| *n > at).await;
+    let recreated = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|ev| ev.reason.as_deref() == Some("PodRecreated"))
+        .count();
     println!(
         "pod watch stalled through a replacement: {deletes} DELETE, {recreations} recreation counted, {recreated} PodRecreated Event"
     );

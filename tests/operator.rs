@@ -1030,6 +1030,72 @@ async fn a_replacement_the_recreation_budget_holds_back_is_reported_not_announce
 
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
+async fn a_namespace_churning_its_mappings_leaves_recreation_budget_to_another() {
+    let churn = env("op-share-churn").await;
+    let quiet = env("op-share-quiet").await;
+    let options = Options {
+        max_recreates_per_minute: 2,
+        ..Options::default()
+    };
+    let _op = Operator::start(&[&churn.ns, &quiet.ns], options).await;
+    let point = |e: &Env, to: &str| {
+        let (mappings, to) = (e.mappings.clone(), to.to_string());
+        async move {
+            mappings
+                .patch(
+                    "tilt",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"spec": {"rules": tilt_rule(&to)}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    for e in [&churn, &quiet] {
+        e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
+            .await;
+    }
+    for name in ["a", "b"] {
+        churn.add_vm(name, true, "Always", COMPUTE).await;
+        wait_single_pod(&churn, name, "localhost:5000/compute:1").await;
+    }
+    quiet.add_vm("q", true, "Always", COMPUTE).await;
+    wait_single_pod(&quiet, "q", "localhost:5000/compute:1").await;
+    // The churning namespace wants two recreations; alone, it may take half of the two.
+    point(&churn, "localhost:5000/compute:2").await;
+    wait_list(
+        churn.vms.clone(),
+        watcher::Config::default(),
+        "one churning VM held back",
+        |vms| {
+            vms.iter().any(|v| {
+                condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RecreationThrottled")
+            })
+        },
+    )
+    .await;
+    // The other namespace's replacement finds the rest at once, not a minute later.
+    let started = std::time::Instant::now();
+    point(&quiet, "localhost:5000/compute:2").await;
+    wait_single_pod(&quiet, "q", "localhost:5000/compute:2").await;
+    let took = started.elapsed();
+    let still_held = churn
+        .vms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|v| condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RecreationThrottled"));
+    println!(
+        "beside a namespace holding its share of a budget of 2, another's replacement after {took:.2?}"
+    );
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    assert!(still_held, "the churning namespace is still over its share");
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
 async fn a_runner_pod_that_lost_its_label_gets_it_back_and_no_twin() {
     let e = env("op-unlabelled").await;
     let _op = Operator::start(&[&e.ns], Options::default()).await;

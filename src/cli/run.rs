@@ -161,13 +161,13 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let options = args.options(&own_namespace)?;
     if !args.leader_elect {
         let (client, requests) = crate::api_requests::client_with_counter(config)?;
-        let observers = observe(args, requests).await?;
+        let observers = observe(args, &options, requests).await?;
         return operator::run_with(client, options, observers, shutdown_signal()).await;
     }
     // Under leader election, the operator's writes pass only while its hold on the Lease
     // lasts.
     let clients = ElectedClients::new(config)?;
-    let observers = observe(args, clients.requests.clone()).await?;
+    let observers = observe(args, &options, clients.requests.clone()).await?;
     let election = LeaderElection {
         lease_name: args.lease_name.clone(),
         // Not the credentials' namespace: through a rolling upgrade, replicas of an older
@@ -201,8 +201,13 @@ fn operator_namespace(credentials_namespace: &str) -> String {
     std::env::var("POD_NAMESPACE").unwrap_or_else(|_| credentials_namespace.to_string())
 }
 
-/// The observers of a run over `requests`, served on `--health-addr`.
-async fn observe(args: &RunArgs, requests: ApiRequests) -> anyhow::Result<Observers> {
+/// The observers of a run over `requests`, served on `--health-addr` (and the registry
+/// notification endpoint, when there is one: every replica serves it).
+async fn observe(
+    args: &RunArgs,
+    options: &Options,
+    requests: ApiRequests,
+) -> anyhow::Result<Observers> {
     if let Some(n) = args.abort_after_writes {
         requests.abort_after_writes(n);
     }
@@ -220,6 +225,9 @@ async fn observe(args: &RunArgs, requests: ApiRequests) -> anyhow::Result<Observ
             .await
             .map_err(|e| anyhow::anyhow!("--health-addr {addr}: {e}"))?;
         tokio::spawn(health::serve(listener, health, metrics));
+    }
+    if let Some(endpoint) = &options.registry_notifications {
+        operator::serve_notifications(endpoint, &observers).await?;
     }
     Ok(observers)
 }

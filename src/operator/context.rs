@@ -19,12 +19,14 @@ use super::{Options, Progress};
 use crate::api_requests::ApiRequests;
 use crate::registry::{CredentialSource, Registries};
 
-/// What the operator reports to: the probes, `/metrics`, and whoever waits on its progress.
+/// What the operator reports to: the probes, `/metrics`, whoever waits on its progress,
+/// and the notification endpoint (which acts on it while it runs).
 #[derive(Debug, Clone)]
 pub struct Observers {
     pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
     pub progress: Arc<Progress>,
+    pub running: Arc<super::push_endpoint::Running>,
 }
 
 impl Observers {
@@ -35,6 +37,7 @@ impl Observers {
             health: Arc::default(),
             metrics: Arc::new(Metrics::new(requests)),
             progress: Arc::default(),
+            running: Arc::default(),
         }
     }
 }

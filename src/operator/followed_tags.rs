@@ -1,8 +1,9 @@
 //! The tags VMs follow (`followTag`), the digest each points to, and which VMs use it.
 //! Reconciles say which references a VM follows, and for whom: a tag a ClusterImageMapping
-//! rule follows is the cluster's, one an ImageMapping rule follows is its namespace's — each
-//! checked on its own, with the credentials that serve its follower and within its
-//! follower's share of the checks. The tag follower checks each distinct followed tag once
+//! rule names is the cluster's; one an ImageMapping rule follows, or one the VM chose itself
+//! through a cluster rule that does not fix the repository (a `prefix` or `regex` rule: the
+//! VM names the path), is its namespace's — each checked on its own, with the credentials
+//! that serve its follower and within its follower's share of the checks. The tag follower checks each distinct followed tag once
 //! per interval, however many VMs use it, and learns which VMs to reconcile when its digest
 //! moved. A failed check never drops a known digest: running pods are never touched because
 //! a registry misbehaves.
@@ -16,7 +17,7 @@ use tokio::sync::Notify;
 
 use crate::api::VirtualMachine;
 use crate::registry::RegistryError;
-use crate::rules::{MappingKey, RuleRef, Scope};
+use crate::rules::{MappingKey, MatchKind, RuleRef, Scope};
 
 /// Whose rule follows a tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,24 +36,21 @@ pub struct Followed {
 }
 
 impl Followed {
-    /// `reference`, followed by the rule `rule` (a followed slot always has one).
-    pub fn of(reference: &str, rule: Option<&RuleRef>) -> Followed {
-        match rule {
-            Some(r) => Self::of_mapping(&r.mapping, reference),
-            None => Followed {
-                reference: reference.to_string(),
-                by: FollowedBy::Cluster,
-            },
-        }
-    }
-
-    /// `reference`, followed by a rule of `mapping`.
-    pub fn of_mapping(mapping: &MappingKey, reference: &str) -> Followed {
-        let by = match mapping.scope {
-            Scope::Namespaced => {
-                FollowedBy::Namespace(mapping.namespace.clone().unwrap_or_default())
+    /// `reference`, followed by the rule `rule` for a VM of `namespace`: the cluster's
+    /// only when a ClusterImageMapping rule fixes the repository (`exact`, `repository`);
+    /// otherwise the namespace's (the VM chose what is asked for).
+    pub fn of(reference: &str, rule: Option<&RuleRef>, namespace: &str) -> Followed {
+        let by = match rule {
+            Some(r)
+                if r.mapping.scope == Scope::Cluster
+                    && matches!(r.kind, MatchKind::Exact | MatchKind::Repository) =>
+            {
+                FollowedBy::Cluster
             }
-            Scope::Cluster => FollowedBy::Cluster,
+            Some(r) if r.mapping.scope == Scope::Namespaced => {
+                FollowedBy::Namespace(r.mapping.namespace.clone().unwrap_or_default())
+            }
+            _ => FollowedBy::Namespace(namespace.to_string()),
         };
         Followed {
             reference: reference.to_string(),
@@ -323,6 +321,32 @@ impl FollowedTags {
         n
     }
 
+    /// The digest `reference`, as a rule of `mapping` follows it, pointed to at its last
+    /// successful check: an ImageMapping's own; for a ClusterImageMapping, the cluster's,
+    /// else any namespace's (its status is the administrator's to read).
+    pub fn digest_for_mapping(&self, mapping: &MappingKey, reference: &str) -> Option<String> {
+        let inner = self.lock();
+        let digest = |by: &FollowedBy| {
+            inner
+                .tags
+                .get(&Followed {
+                    reference: reference.to_string(),
+                    by: by.clone(),
+                })
+                .and_then(|s| s.digest.clone())
+        };
+        match (&mapping.scope, &mapping.namespace) {
+            (Scope::Namespaced, Some(ns)) => digest(&FollowedBy::Namespace(ns.clone())),
+            _ => digest(&FollowedBy::Cluster).or_else(|| {
+                inner
+                    .tags
+                    .iter()
+                    .filter(|(k, _)| k.reference == reference)
+                    .find_map(|(_, s)| s.digest.clone())
+            }),
+        }
+    }
+
     /// The digest `reference` pointed to at its last successful check.
     pub fn digest(&self, reference: &Followed) -> Option<String> {
         self.lock()
@@ -547,20 +571,36 @@ mod tests {
 
     #[test]
     fn one_tag_followed_by_the_cluster_and_by_a_namespace_is_two_checks() {
-        use crate::rules::MatchKind;
-        let rule = |scope, namespace: Option<&str>| RuleRef {
+        let rule = |scope, namespace: Option<&str>, kind| RuleRef {
             mapping: MappingKey {
                 scope,
                 namespace: namespace.map(str::to_string),
                 name: "m".into(),
             },
             index: 0,
-            kind: MatchKind::Repository,
+            kind,
         };
-        let cluster = Followed::of(R, Some(&rule(Scope::Cluster, None)));
-        let tenant = Followed::of(R, Some(&rule(Scope::Namespaced, Some("dev"))));
+        let cluster = Followed::of(
+            R,
+            Some(&rule(Scope::Cluster, None, MatchKind::Repository)),
+            "dev",
+        );
+        let tenant = Followed::of(
+            R,
+            Some(&rule(Scope::Namespaced, Some("dev"), MatchKind::Repository)),
+            "dev",
+        );
         assert_eq!(cluster.by, FollowedBy::Cluster);
         assert_eq!(tenant.by, FollowedBy::Namespace("dev".into()));
+        // A cluster rule that lets the VM name the path follows for the VM's namespace.
+        for kind in [MatchKind::Prefix, MatchKind::Regex] {
+            let chosen = Followed::of(R, Some(&rule(Scope::Cluster, None, kind)), "dev");
+            assert_eq!(chosen.by, FollowedBy::Namespace("dev".into()), "{kind:?}");
+        }
+        assert_eq!(
+            Followed::of(R, None, "dev").by,
+            FollowedBy::Namespace("dev".into())
+        );
         let tags = FollowedTags::default();
         let t0 = Instant::now();
         tags.follow(&vm("a"), vec![cluster.clone(), tenant.clone()], t0);
@@ -570,6 +610,13 @@ mod tests {
         tags.checked(&cluster, Ok("sha256:1".into()), t0, S);
         assert_eq!(tags.digest(&cluster).as_deref(), Some("sha256:1"));
         assert_eq!(tags.digest(&tenant), None, "answers are not shared");
+        let cluster_mapping = rule(Scope::Cluster, None, MatchKind::Repository).mapping;
+        let tenant_mapping = rule(Scope::Namespaced, Some("dev"), MatchKind::Repository).mapping;
+        assert_eq!(
+            tags.digest_for_mapping(&cluster_mapping, R).as_deref(),
+            Some("sha256:1")
+        );
+        assert_eq!(tags.digest_for_mapping(&tenant_mapping, R), None);
         // A push names the reference: both are checked.
         tags.checked(&tenant, Ok("sha256:1".into()), t0, S);
         assert!(tags.check_now(R, t0 + S / 2));

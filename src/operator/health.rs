@@ -1,5 +1,8 @@
 //! `/livez` and `/readyz` — liveness tied to the VM controller's progress and the watches,
-//! readiness to synced caches — and `/metrics`.
+//! readiness to synced caches — and `/metrics`. A replica standing by under leader election
+//! is ready while it can take over (it has read the Lease lately) and live while its
+//! elector makes progress: so two replicas are both Ready, and a Deployment of them is
+//! Available and rolls.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +22,10 @@ pub const PROGRESS_LIMIT: Duration = Duration::from_mins(5);
 /// Watches failing without a success for this long make the operator not live.
 pub const WATCH_FAILURE_LIMIT: Duration = Duration::from_mins(5);
 
+/// A replica standing by is not live when its elector has not looked at the Lease for
+/// this long.
+pub const ELECTOR_LIMIT: Duration = Duration::from_mins(5);
+
 /// What the probes read. Times are seconds since start (0: never).
 #[derive(Debug)]
 pub struct Health {
@@ -33,6 +40,13 @@ pub struct Health {
     /// Start times of the reconciles running now, by a sequence number.
     in_flight: Mutex<BTreeMap<u64, u64>>,
     next_reconcile: AtomicU64,
+    /// Under leader election, while not leading.
+    standing_by: AtomicBool,
+    /// When the elector last read or wrote the Lease, and last looked at all.
+    lease_seen: AtomicU64,
+    elector_looked: AtomicU64,
+    /// How stale a Lease read may be for a replica standing by to be ready (seconds).
+    lease_fresh_for: AtomicU64,
 }
 
 impl Default for Health {
@@ -46,6 +60,10 @@ impl Default for Health {
             unserved_since: AtomicU64::new(0),
             in_flight: Mutex::new(BTreeMap::new()),
             next_reconcile: AtomicU64::new(0),
+            standing_by: AtomicBool::new(false),
+            lease_seen: AtomicU64::new(0),
+            elector_looked: AtomicU64::new(0),
+            lease_fresh_for: AtomicU64::new(0),
         }
     }
 }
@@ -128,6 +146,23 @@ impl Health {
         self.caches_synced.store(true, Ordering::Relaxed);
     }
 
+    /// This replica stands by (`true`) or leads (`false`) under leader election, whose
+    /// Lease a replica standing by must have read within `fresh_for` to be ready.
+    pub fn stand_by(&self, standing_by: bool, fresh_for: Duration) {
+        self.lease_fresh_for
+            .store(fresh_for.as_secs().max(1), Ordering::Relaxed);
+        self.standing_by.store(standing_by, Ordering::Relaxed);
+    }
+
+    /// The elector looked at the Lease; `read`: it read or wrote it.
+    pub fn elector_looked(&self, read: bool) {
+        let now = self.now();
+        self.elector_looked.store(now, Ordering::Relaxed);
+        if read {
+            self.lease_seen.store(now, Ordering::Relaxed);
+        }
+    }
+
     /// `Ok` when live, else why not.
     pub fn live(&self) -> Result<(), String> {
         self.live_at(self.now())
@@ -135,6 +170,17 @@ impl Health {
 
     /// [`Health::live`] at `now` seconds since start.
     fn live_at(&self, now: u64) -> Result<(), String> {
+        if self.standing_by.load(Ordering::Relaxed) {
+            let looked = self.elector_looked.load(Ordering::Relaxed);
+            return if looked > 0 && now.saturating_sub(looked) > ELECTOR_LIMIT.as_secs() {
+                Err(format!(
+                    "standing by, but the Lease has not been looked at for {}s",
+                    now - looked
+                ))
+            } else {
+                Ok(())
+            };
+        }
         let limit = PROGRESS_LIMIT.as_secs();
         let oldest = self.running().values().min().copied();
         if let Some(started) = oldest
@@ -167,6 +213,24 @@ impl Health {
 
     /// `Ok` when ready, else why not.
     pub fn ready(&self) -> Result<(), String> {
+        self.ready_at(self.now())
+    }
+
+    fn ready_at(&self, now: u64) -> Result<(), String> {
+        if self.standing_by.load(Ordering::Relaxed) {
+            let seen = self.lease_seen.load(Ordering::Relaxed);
+            let fresh_for = self.lease_fresh_for.load(Ordering::Relaxed);
+            return if seen > 0 && now.saturating_sub(seen) <= fresh_for {
+                Ok(())
+            } else if seen == 0 {
+                Err("standing by: the Lease has not been read yet".into())
+            } else {
+                Err(format!(
+                    "standing by, but the Lease has not been read for {}s: this replica could not take over",
+                    now - seen
+                ))
+            };
+        }
         if self.caches_synced.load(Ordering::Relaxed) {
             Ok(())
         } else {
@@ -257,6 +321,24 @@ mod tests {
         assert_eq!(h.unserved_since.load(Ordering::Relaxed), first);
         h.progressed();
         assert!(h.live_at(first + 10_000).is_ok());
+    }
+
+    #[test]
+    fn a_replica_standing_by_is_ready_while_it_reads_the_lease() {
+        let h = Health::default();
+        h.stand_by(true, Duration::from_secs(15));
+        assert!(h.ready_at(10).unwrap_err().contains("not been read yet"));
+        h.lease_seen.store(100, Ordering::Relaxed);
+        h.elector_looked.store(100, Ordering::Relaxed);
+        assert!(h.ready_at(115).is_ok(), "ready while it can take over");
+        assert!(h.ready_at(116).unwrap_err().contains("could not take over"));
+        assert!(h.live_at(400).is_ok());
+        assert!(h.live_at(401).unwrap_err().contains("standing by"));
+        // Leading: readiness follows the caches again.
+        h.stand_by(false, Duration::from_secs(15));
+        assert!(h.ready_at(115).is_err());
+        h.set_synced();
+        assert!(h.ready_at(115).is_ok());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! notifications), built to be reached by any pod: each connection is served on its own
 //! task by one handler, and none can be held open — headers (and the wait for the next
 //! request on a kept-alive connection) must arrive within [`HEADER_LIMIT`], a handler
-//! answers within [`HANDLER_LIMIT`], and at most [`MAX_CONNECTIONS`] are open at once: past
+//! answers within [`HANDLER_LIMIT`], headers fit in 16 KiB, and at most [`MAX_CONNECTIONS`]
+//! are open at once: past
 //! that, a new connection takes the place of the oldest one still waiting for a request,
 //! or is closed at once when every one is being served. An error accepting a connection
 //! (no file descriptor left, say) is retried after a pause, never fatal.
@@ -28,6 +29,9 @@ pub const HEADER_LIMIT: Duration = Duration::from_secs(10);
 pub const HANDLER_LIMIT: Duration = Duration::from_secs(10);
 /// Most connections open at once, per endpoint.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Most bytes buffered per connection (a request's headers must fit): 256 connections
+/// hold at most a few MiB.
+const READ_BUFFER: usize = 16 << 10;
 /// The longest pause after a failed `accept`.
 const MAX_ACCEPT_PAUSE: Duration = Duration::from_secs(1);
 
@@ -164,6 +168,7 @@ where
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_LIMIT)
+                .max_buf_size(READ_BUFFER)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 served = conn => {

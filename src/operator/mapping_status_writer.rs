@@ -11,7 +11,6 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
-use super::followed_tags::Followed;
 use super::writes::{Written, apply_status};
 use crate::api::{ClusterImageMapping, ImageMapping};
 use crate::conditions;
@@ -98,10 +97,7 @@ async fn write_statuses(ctx: &Context) -> usize {
         &views,
         &awaiting_restart(ctx, &views),
         &ctx.options.default_runner_image,
-        &|mapping, reference| {
-            ctx.followed
-                .digest(&Followed::of_mapping(mapping, reference))
-        },
+        &|mapping, reference| ctx.followed.digest_for_mapping(mapping, reference),
         &conditions::now(),
     );
     ctx.observers
@@ -127,7 +123,7 @@ async fn write_statuses(ctx: &Context) -> usize {
             Ok(Written::Changed | Written::Unchanged | Written::Gone) => {}
             Err(e) => {
                 failed += 1;
-                tracing::warn!(mapping = %m.key, error = %e, "writing mapping status");
+                tracing::warn!(mapping = %m.key, error = %crate::excerpt::excerpt(&e.to_string()), "writing mapping status");
             }
         }
     }

@@ -231,6 +231,32 @@ impl Watches {
     }
 }
 
+/// Clears the context push notifications act on when the operator stops, however it stops.
+struct Stopped(Arc<push_endpoint::Running>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
+}
+
+/// Serves the registry notification endpoint of `endpoint` until the returned task is
+/// aborted: it acts on the operator `observers` report for while it runs, and answers 503
+/// (retry) meanwhile — so every replica may serve it, and the leader acts.
+pub async fn serve_notifications(
+    endpoint: &RegistryNotifications,
+    observers: &Observers,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(&endpoint.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--registry-notifications-addr {}: {e}", endpoint.addr))?;
+    Ok(tokio::spawn(push_endpoint::serve(
+        listener,
+        Arc::clone(&endpoint.token),
+        Arc::clone(&observers.running),
+    )))
+}
+
 /// Runs the operator, reporting to `observers`, until the VirtualMachine controller stops
 /// (or the future is dropped). When `shutdown` completes, no new reconcile starts, the
 /// running ones finish, and the function returns. A background task that ends is an error.
@@ -268,16 +294,9 @@ pub async fn run_with(
             credentials_watcher::run(Arc::clone(&ctx), secret),
         );
     }
-    if let Some(endpoint) = &ctx.options.registry_notifications {
-        let listener = tokio::net::TcpListener::bind(&endpoint.addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("--registry-notifications-addr {}: {e}", endpoint.addr))?;
-        let (token, ctx) = (Arc::clone(&endpoint.token), Arc::clone(&ctx));
-        tasks.spawn(
-            "registry notification endpoint",
-            push_endpoint::serve(listener, token, ctx),
-        );
-    }
+    // Push notifications act on this context while it runs (see `serve_notifications`).
+    observers.running.set(Some(Arc::clone(&ctx)));
+    let _stopped = Stopped(Arc::clone(&observers.running));
     tasks.spawn(
         "pod watcher",
         pod_watcher::run(
@@ -326,7 +345,7 @@ pub async fn run_with(
             let vm = match &res {
                 Ok((vm, _)) => Some(vm_key(vm)),
                 Err(e) => {
-                    tracing::debug!(error = %e, "reconcile");
+                    tracing::debug!(error = %crate::excerpt::excerpt(&e.to_string()), "reconcile");
                     None
                 }
             };

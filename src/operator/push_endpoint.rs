@@ -1,9 +1,12 @@
 //! The endpoint registries post push notifications to (`--registry-notifications-*`):
 //! a pushed tag that VMs follow is checked at once instead of at the next poll. Requests
 //! must carry the configured bearer token; what they say is only a hint (see
-//! [`crate::registry::push`]).
+//! [`crate::registry::push`]). Every replica serves it; one that does not lead answers 503
+//! with `Retry-After`, which registries retry — so a Service in front of all replicas
+//! reaches the leader without knowing which it is.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -19,16 +22,56 @@ use crate::registry::push::{authorized, pushed_tags};
 /// The largest envelope read.
 const BODY_LIMIT: usize = 1 << 20;
 
-/// Serves notifications on `listener` until the operator stops.
-pub async fn serve(listener: tokio::net::TcpListener, token: Arc<TokenFile>, ctx: Arc<Context>) {
+/// Notifications refused so far, and when (seconds since the first) that was last said.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+static LAST_WARNED: AtomicU64 = AtomicU64::new(0);
+static STARTED: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+/// How soon a registry should send again a notification a replica that does not lead
+/// refused (seconds).
+const RETRY_AFTER: &str = "5";
+
+/// The operator's context while it runs (leads): what the endpoint acts on.
+#[derive(Default)]
+pub struct Running(RwLock<Option<Arc<Context>>>);
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Running")
+            .field(&self.get().is_some())
+            .finish()
+    }
+}
+
+impl Running {
+    /// The operator runs with `ctx` (`None`: it stopped, or does not lead).
+    pub fn set(&self, ctx: Option<Arc<Context>>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = ctx;
+    }
+
+    fn get(&self) -> Option<Arc<Context>> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Serves notifications on `listener`, acting on the operator while `running` holds it,
+/// until the future is dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    token: Arc<TokenFile>,
+    running: Arc<Running>,
+) {
     super::http_endpoint::serve(listener, "registry notifications", move |req| {
-        let (token, ctx) = (Arc::clone(&token), Arc::clone(&ctx));
-        async move { handle(req, &token.token(), &ctx).await }
+        let (token, running) = (Arc::clone(&token), Arc::clone(&running));
+        async move { handle(req, &token.token(), &running).await }
     })
     .await;
 }
 
-async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<Full<Bytes>> {
+async fn handle(req: Request<Incoming>, token: &str, running: &Running) -> Response<Full<Bytes>> {
     if req.method() != Method::POST {
         return text(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -40,9 +83,33 @@ async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     if !authorized(header, token) {
-        tracing::warn!("registry notification refused: missing or wrong bearer token");
+        // Any pod may send these: said at most once a minute, with how many.
+        let refused = REFUSED.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = STARTED.elapsed().as_secs().max(1);
+        let last = LAST_WARNED.load(Ordering::Relaxed);
+        if (last == 0 || now.saturating_sub(last) >= 60)
+            && LAST_WARNED
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                refused,
+                "registry notifications refused: missing or wrong bearer token"
+            );
+        }
         return text(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     }
+    let Some(ctx) = running.get() else {
+        let mut response = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this replica does not lead: retry (another one takes notifications)",
+        );
+        response.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static(RETRY_AFTER),
+        );
+        return response;
+    };
     let Ok(body) = Limited::new(req.into_body(), BODY_LIMIT).collect().await else {
         return text(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -54,6 +121,7 @@ async fn handle(req: Request<Incoming>, token: &str, ctx: &Context) -> Response<
         Err(e) => return text(StatusCode::BAD_REQUEST, crate::excerpt::excerpt(&e)),
     };
     let now = Instant::now();
+    let ctx = &*ctx;
     let mut followed = 0;
     for tag in &tags {
         if ctx.followed.check_now(tag, now) {

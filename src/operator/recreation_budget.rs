@@ -1,6 +1,8 @@
 //! How many liveReload pod recreations may start per minute: over all VMs, and for each
-//! namespace at most half of that, so that one namespace churning its mappings leaves the
-//! others at least half the budget.
+//! namespace a fair share that always leaves room for one more namespace. With `k`
+//! namespaces recreating pods within the minute, each may take `1/(k+1)` of the budget
+//! (a namespace alone, half): the rest stays free, so a namespace that starts recreating
+//! pods finds budget at once, however many others churn their mappings.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
@@ -8,13 +10,11 @@ use std::time::{Duration, Instant};
 
 const WINDOW: Duration = Duration::from_mins(1);
 
-/// A sliding one-minute budget of recreations, with a per-namespace share.
+/// A sliding one-minute budget of recreations, shared fairly between namespaces.
 #[derive(Debug)]
 pub struct RecreationBudget {
     /// Most recreations per minute; 0: no limit.
     per_minute: usize,
-    /// Most recreations per minute for one namespace.
-    share: usize,
     taken: Mutex<Taken>,
 }
 
@@ -41,10 +41,8 @@ fn spent(times: &mut VecDeque<Instant>, limit: usize, now: Instant) -> Option<Du
 impl RecreationBudget {
     #[must_use]
     pub fn new(per_minute: u32) -> Self {
-        let per_minute = usize::try_from(per_minute).unwrap_or(usize::MAX);
         RecreationBudget {
-            per_minute,
-            share: per_minute.div_ceil(2).max(1),
+            per_minute: usize::try_from(per_minute).unwrap_or(usize::MAX),
             taken: Mutex::new(Taken::default()),
         }
     }
@@ -65,17 +63,20 @@ impl RecreationBudget {
         if let Some(wait) = spent(all, self.per_minute, now) {
             return Err(wait);
         }
-        let mine = by_namespace.entry(namespace.to_string()).or_default();
-        if let Some(wait) = spent(mine, self.share, now) {
-            return Err(wait);
-        }
-        mine.push_back(now);
-        all.push_back(now);
-        // Namespaces with nothing in the window are forgotten.
+        // Namespaces with nothing left in the window are forgotten.
         by_namespace.retain(|_, times| {
             spent(times, usize::MAX, now);
             !times.is_empty()
         });
+        let others = by_namespace.keys().filter(|n| *n != namespace).count();
+        // This namespace, the others recreating pods, and room for one more.
+        let share = self.per_minute.div_ceil(others + 2).max(1);
+        let mine = by_namespace.entry(namespace.to_string()).or_default();
+        if let Some(wait) = spent(mine, share, now) {
+            return Err(wait);
+        }
+        mine.push_back(now);
+        all.push_back(now);
         Ok(())
     }
 }
@@ -88,34 +89,36 @@ mod tests {
     fn the_budget_refills_a_minute_after_each_recreation() {
         let budget = RecreationBudget::new(4);
         let t0 = Instant::now();
-        assert!(budget.take_at("a", t0).is_ok());
-        assert!(budget.take_at("b", t0 + Duration::from_secs(5)).is_ok());
-        assert!(budget.take_at("c", t0 + Duration::from_secs(10)).is_ok());
-        assert!(budget.take_at("d", t0 + Duration::from_secs(15)).is_ok());
+        for (i, ns) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            let at = t0 + Duration::from_secs(5 * i as u64);
+            assert!(budget.take_at(ns, at).is_ok(), "{ns}");
+        }
         assert_eq!(
             budget.take_at("e", t0 + Duration::from_secs(20)),
             Err(Duration::from_secs(40))
         );
         assert!(budget.take_at("e", t0 + Duration::from_mins(1)).is_ok());
-        assert!(budget.take_at("e", t0 + Duration::from_secs(61)).is_err());
     }
 
     #[test]
-    fn one_namespace_takes_at_most_half_and_leaves_the_rest_to_the_others() {
+    fn a_namespace_starting_to_recreate_finds_budget_however_many_others_churn() {
         let budget = RecreationBudget::new(60);
         let t0 = Instant::now();
-        for _ in 0..30 {
-            assert!(budget.take_at("churn", t0).is_ok());
-        }
-        assert_eq!(budget.take_at("churn", t0), Err(WINDOW));
-        for _ in 0..30 {
-            assert!(budget.take_at("other", t0).is_ok());
-        }
-        assert!(
-            budget.take_at("third", t0).is_err(),
-            "the whole budget is spent"
-        );
-        assert!(budget.take_at("churn", t0 + WINDOW).is_ok());
+        // Alone, a namespace takes half.
+        let took = |budget: &RecreationBudget, ns: &str| {
+            (0..100)
+                .take_while(|_| budget.take_at(ns, t0).is_ok())
+                .count()
+        };
+        assert_eq!(took(&budget, "churn"), 30);
+        // A second finds a third of the budget free at once; a third namespace finds what
+        // is left, and so on.
+        assert_eq!(took(&budget, "other"), 20);
+        assert_eq!(took(&budget, "third"), 10);
+        assert!(budget.take_at("fourth", t0).is_err(), "all 60 are taken");
+        // A minute later the churners are over their share: the newcomers come first.
+        let later = t0 + WINDOW;
+        assert!(budget.take_at("fourth", later).is_ok());
         // A budget of one is every namespace's share.
         let one = RecreationBudget::new(1);
         assert!(one.take_at("a", t0).is_ok());

@@ -15,10 +15,18 @@ const TOKEN_FILE_LIMIT: u64 = 4 << 10;
 type Stamp = (Option<SystemTime>, u64, u64);
 
 /// The token file and the token last read from it.
-#[derive(Debug)]
 pub struct TokenFile {
     path: PathBuf,
     read: Mutex<(Stamp, Arc<str>)>,
+}
+
+/// The path only: the token never reaches a log.
+impl std::fmt::Debug for TokenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TokenFile {
@@ -93,6 +101,7 @@ mod tests {
         std::fs::write(&path, "first\n").unwrap();
         let file = TokenFile::open(&path).unwrap();
         assert_eq!(&*file.token(), "first");
+        assert!(!format!("{file:?}").contains("first"), "never in a log");
         // Swapped in as a Secret volume does: a new file renamed over the old.
         let next = dir.join("token.new");
         std::fs::write(&next, "second-token").unwrap();

@@ -147,6 +147,10 @@ async fn look_up_named_pod(
         index.mark_gone(&vm_ref, name);
         return Ok(None);
     };
+    // Labelled already: the cache is behind, and shows it soon.
+    if pod.labels().get(crate::runner_pod::VM_LABEL) == Some(&vm.name_any()) {
+        return Ok(Some(Action::requeue(WAITING_RECHECK)));
+    }
     let uid = pod.uid().unwrap_or_default();
     match relabel_pod(&api, name, &uid, &vm.name_any()).await {
         Ok(Written::Gone) => {
@@ -194,7 +198,7 @@ fn observe_and_plan(
     // the VM with it); after that the last known digest pins the pod.
     let mut followed: Vec<Followed> = resolution
         .following()
-        .map(|(reference, rule)| Followed::of(reference, rule))
+        .map(|(reference, rule)| Followed::of(reference, rule, namespace))
         .collect();
     followed.sort();
     followed.dedup();
@@ -212,7 +216,7 @@ fn observe_and_plan(
         .map_or(&[][..], |s| &s.resolved_images[..]);
     resolution.pin(
         |reference, rule| {
-            let key = Followed::of(reference, rule);
+            let key = Followed::of(reference, rule, namespace);
             match lookups.iter().find(|(r, _)| *r == key) {
                 Some((_, Lookup::Known { digest, error })) => {
                     (digest.clone(), error.as_ref().map(ToString::to_string))
@@ -357,6 +361,8 @@ async fn delete(
 /// Backoff after a failed reconcile.
 #[allow(clippy::needless_pass_by_value)] // The signature kube's Controller calls.
 pub fn error_policy(vm: Arc<VirtualMachine>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(vm = %ObjectRef::from_obj(vm.as_ref()), category = error.category(), %error, "reconcile failed");
+    let error_category = error.category();
+    let error = crate::excerpt::excerpt(&error.to_string());
+    tracing::warn!(vm = %ObjectRef::from_obj(vm.as_ref()), category = error_category, %error, "reconcile failed");
     Action::requeue(ERROR_BACKOFF)
 }

@@ -30,8 +30,8 @@ pub struct Reach {
     pub allowed: AllowedRegistries,
     /// Registries reached over plain HTTP (`--insecure-registries`); the others over HTTPS.
     pub insecure: Vec<String>,
-    /// Without a list, contact nothing (the operator) rather than anything
-    /// (`imagemap resolve`, on a user's own machine).
+    /// `true` (the operator): without a list, contact nothing. `false` (`imagemap
+    /// resolve`, on a user's own machine): without a list, contact any registry.
     pub needs_list: bool,
 }
 
@@ -108,17 +108,19 @@ impl Http {
         Ok(Http { client })
     }
 
-    /// Sends `method` to `url` (which `reach` must allow as `role`) with `headers`, and
-    /// follows redirects to the same scheme, host and port only.
+    /// Sends `method` to `url` with `headers`, once `reach` allows `domain` as `role` (a
+    /// registry by the name references give it — `docker.io` for Docker Hub, whose API
+    /// lives at another host — a token service by its URL's host), and follows redirects
+    /// to the same scheme, host and port only.
     pub async fn send(
         &self,
         reach: &Reach,
         method: Method,
         mut url: Url,
         headers: &HeaderMap,
-        role: Role,
+        (domain, role): (&str, Role),
     ) -> Result<Response, Cause> {
-        reach.check(&domain_of(&url), role)?;
+        reach.check(domain, role)?;
         for _ in 0..=MAX_REDIRECTS {
             let response = self
                 .client
@@ -155,6 +157,9 @@ impl Http {
 
 /// A connection error, said briefly (reqwest's chain of sources, cut).
 fn unreachable(e: &reqwest::Error) -> Cause {
+    if e.is_connect() && e.is_timeout() {
+        return Cause::Unreachable(format!("no connection within {CONNECT_LIMIT:?}"));
+    }
     if e.is_timeout() {
         return Cause::NoAnswer(READ_LIMIT);
     }

@@ -1,8 +1,9 @@
 //! Which digest a tag points to, asked as the distribution protocol has it: a manifest
 //! HEAD (its `Docker-Content-Digest`; a multi-platform index by its own digest); a GET
 //! hashed as it streams when the HEAD names none; and, when the registry challenges, HTTP
-//! basic or a token from the token service it names. Four requests at most, each to a host
-//! the [`Reach`] allows, each answer read to a bound.
+//! basic or a token from the token service it names. Four requests at most (each
+//! following at most three redirects to its own host), each to a host the [`Reach`]
+//! allows, each answer read to a bound.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,8 @@ use crate::reference::{Reference, validate_digest};
 pub const MANIFEST_LIMIT: usize = 4 << 20;
 /// Most bytes of a token service's answer.
 pub const TOKEN_LIMIT: usize = 16 << 10;
+/// Most bytes of a token kept (and sent).
+const TOKEN_LENGTH_LIMIT: usize = 8 << 10;
 /// How long a token is used when its service does not say (the protocol's default).
 const DEFAULT_TOKEN_LIFE: Duration = Duration::from_mins(1);
 
@@ -81,7 +84,7 @@ impl Asking<'_> {
         let mut method = Method::HEAD;
         loop {
             let mut response = self
-                .send(method.clone(), &url, authorization.as_ref())
+                .send(method.clone(), &url, domain, authorization.as_ref())
                 .await?;
             let status = response.status();
             if status == StatusCode::UNAUTHORIZED && !challenged {
@@ -124,6 +127,7 @@ impl Asking<'_> {
         &self,
         method: Method,
         url: &Url,
+        domain: &str,
         authorization: Option<&HeaderValue>,
     ) -> Result<Response, Cause> {
         let mut headers = HeaderMap::new();
@@ -132,7 +136,13 @@ impl Asking<'_> {
             headers.insert(AUTHORIZATION, a.clone());
         }
         self.http
-            .send(self.reach, method, url.clone(), &headers, Role::Registry)
+            .send(
+                self.reach,
+                method,
+                url.clone(),
+                &headers,
+                (domain, Role::Registry),
+            )
             .await
     }
 
@@ -170,9 +180,16 @@ impl Asking<'_> {
         if let Some(value) = basic(self.login) {
             headers.insert(AUTHORIZATION, value);
         }
+        let realm_host = domain_of(&url);
         let mut response = self
             .http
-            .send(self.reach, Method::GET, url, &headers, Role::TokenService)
+            .send(
+                self.reach,
+                Method::GET,
+                url,
+                &headers,
+                (&realm_host, Role::TokenService),
+            )
             .await?;
         let status = response.status();
         if !status.is_success() {
@@ -190,6 +207,12 @@ impl Asking<'_> {
             .or(answer.access_token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| Cause::BadToken("no token in it".into()))?;
+        if token.len() > TOKEN_LENGTH_LIMIT {
+            return Err(Cause::BadToken(format!(
+                "the token is longer than the {} KiB the operator keeps",
+                TOKEN_LENGTH_LIMIT >> 10
+            )));
+        }
         let value = bearer(&token)
             .ok_or_else(|| Cause::BadToken("the token is not a valid header value".into()))?;
         let life = answer

@@ -161,8 +161,13 @@ impl Registries {
             Ok(Err(cause)) => cause,
             Err(_) => Cause::NoAnswer(CHECK_LIMIT),
         };
-        let asked_as = matches!(cause, Cause::Refused { .. })
-            .then(|| keyring.asked_as(entry, parsed.domain(), use_credentials));
+        // Who asked matters to a refusal, and to a 404 from a registry that hides what the
+        // asker may not pull.
+        let said = matches!(
+            (&cause, use_credentials),
+            (Cause::Refused { .. }, _) | (Cause::NotFound, Credentials::NotServed(_))
+        );
+        let asked_as = said.then(|| keyring.asked_as(entry, parsed.domain(), use_credentials));
         Err(fail(cause, asked_as))
     }
 }

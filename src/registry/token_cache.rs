@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::HeaderValue;
 
-/// Most authorizations kept; past it, expired ones go, then all.
-const MAX_ENTRIES: usize = 4096;
+/// Most authorizations kept (each at most 8 KiB: a few MiB in all); past it, expired ones
+/// go, then all.
+const MAX_ENTRIES: usize = 1024;
 
 /// The longest an authorization is reused.
 pub const MAX_REUSE: Duration = Duration::from_mins(5);

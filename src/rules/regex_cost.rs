@@ -28,6 +28,13 @@ pub fn compile(anchored: &str) -> Result<(Regex, usize), String> {
             REGEX_LIMIT >> 10
         )
     };
+    // Far past the limit by its shape (a large class repeated many times): refused before
+    // any automaton is built for it.
+    if let Ok(hir) = regex_syntax::Parser::new().parse(anchored)
+        && shape_cost(&hir) > REGEX_LIMIT.saturating_mul(4)
+    {
+        return Err(too_large());
+    }
     // regex's own errors say what is wrong with a pattern; the meta engine it is built on
     // measures what the result takes.
     let regex = RegexBuilder::new(anchored)
@@ -56,6 +63,27 @@ pub fn compile(anchored: &str) -> Result<(Regex, usize), String> {
         return Err(too_large());
     }
     Ok((regex, cost))
+}
+
+/// A lower estimate of what `hir` compiles to, in bytes: each class range and literal byte
+/// costs at least a state, repeated as often as a bounded repetition repeats it.
+fn shape_cost(hir: &regex_syntax::hir::Hir) -> usize {
+    use regex_syntax::hir::{Class, HirKind};
+    const STATE: usize = 16;
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => 0,
+        HirKind::Literal(lit) => lit.0.len().saturating_mul(STATE),
+        HirKind::Class(Class::Unicode(c)) => c.ranges().len().saturating_mul(STATE),
+        HirKind::Class(Class::Bytes(c)) => c.ranges().len().saturating_mul(STATE),
+        HirKind::Repetition(r) => {
+            let times = r.max.unwrap_or(r.min).max(r.min).max(1);
+            shape_cost(&r.sub).saturating_mul(usize::try_from(times).unwrap_or(usize::MAX))
+        }
+        HirKind::Capture(c) => shape_cost(&c.sub),
+        HirKind::Concat(subs) | HirKind::Alternation(subs) => {
+            subs.iter().map(shape_cost).fold(0, usize::saturating_add)
+        }
+    }
 }
 
 /// Regexes compiled for one rule set, and those of the set before it: a recompile (every
@@ -159,6 +187,24 @@ mod tests {
         }
         let e = compile("^(?:(a)\\1)$").unwrap_err();
         assert!(e.contains("backreference"), "{e}");
+    }
+
+    #[test]
+    fn the_shape_refuses_only_what_is_far_past_the_limit() {
+        let cost = |p: &str| shape_cost(&regex_syntax::Parser::new().parse(p).unwrap());
+        assert!(cost(r"\w{200}") > REGEX_LIMIT * 4);
+        for ordinary in [
+            r"ghcr\.io/acme/(.*)",
+            r"[a-z]{1000}",
+            r"\w+",
+            r"(a|b|c){50}",
+        ] {
+            assert!(
+                cost(ordinary) < REGEX_LIMIT,
+                "{ordinary}: {}",
+                cost(ordinary)
+            );
+        }
     }
 
     #[test]

@@ -12,9 +12,12 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
+use std::sync::Arc;
+
 use super::LeaderElection;
 use super::fence::Fence;
 use super::lease_record::{Observed, Step, claimed, next_step, released};
+use crate::operator::health::Health;
 use crate::operator::jitter::jittered;
 
 /// How long the release at the end may take.
@@ -25,6 +28,7 @@ pub struct Elector {
     api: Api<Lease>,
     election: LeaderElection,
     fence: Fence,
+    health: Arc<Health>,
     /// The Lease as last read.
     observed: Option<Observed>,
     /// Our last written copy, while we hold the Lease: renewals update it without a read.
@@ -32,11 +36,17 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(client: &Client, election: LeaderElection, fence: Fence) -> Elector {
+    pub fn new(
+        client: &Client,
+        election: LeaderElection,
+        fence: Fence,
+        health: Arc<Health>,
+    ) -> Elector {
         Elector {
             api: Api::namespaced(client.clone(), &election.namespace),
             election,
             fence,
+            health,
             observed: None,
             held: None,
         }
@@ -48,12 +58,10 @@ impl Elector {
         let timing = self.election.timing;
         let mut stop = std::pin::pin!(stop);
         loop {
-            let holds = match tokio::time::timeout(
-                timing.renew_deadline,
-                self.try_acquire_or_renew(),
-            )
-            .await
-            {
+            let looked =
+                tokio::time::timeout(timing.renew_deadline, self.try_acquire_or_renew()).await;
+            self.health.elector_looked(matches!(looked, Ok(Ok(_))));
+            let holds = match looked {
                 Ok(Ok(holds)) => holds,
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, lease = %self.election.lease_name, "could not read or renew the Lease");
@@ -69,10 +77,9 @@ impl Elector {
                 tracing::info!(identity = %self.election.identity, "acquired the Lease");
                 leading.send_replace(true);
             } else if was_leading && !self.fence.is_open() {
-                tracing::warn!(
-                    identity = %self.election.identity,
-                    "could not renew the Lease within the renew deadline; writes stopped"
-                );
+                // (Why was said when the fence closed: no renewal within the deadline, or
+                // the Lease gone, held by another or written by someone else.)
+                tracing::warn!(identity = %self.election.identity, "no longer leading; writes stopped");
                 leading.send_replace(false);
             }
             let pause = if holds {

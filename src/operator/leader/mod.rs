@@ -9,6 +9,7 @@ mod fenced_client;
 mod lease_record;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::client::ClientBuilder;
@@ -109,10 +110,20 @@ pub async fn run_elected(
     let (leading_tx, mut leading) = tokio::sync::watch::channel(false);
     let (stop_elector, elector_stopped) = tokio::sync::oneshot::channel::<()>();
     let client = clients.operator;
-    let elector =
-        Elector::new(&clients.elector, election, clients.fence).run(leading_tx, async move {
-            let _ = elector_stopped.await;
-        });
+    // Standing by, a replica is ready while it can take over: it read the Lease within a
+    // lease duration.
+    let health = Arc::clone(&observers.health);
+    let fresh_for = election.timing.lease_duration;
+    health.stand_by(true, fresh_for);
+    let elector = Elector::new(
+        &clients.elector,
+        election,
+        clients.fence,
+        Arc::clone(&health),
+    )
+    .run(leading_tx, async move {
+        let _ = elector_stopped.await;
+    });
     let operator = async move {
         tracing::info!(%lease, %identity, "waiting to lead");
         let mut shutdown = Box::pin(shutdown);
@@ -125,6 +136,7 @@ pub async fn run_elected(
             return Ok(());
         }
         tracing::info!(%identity, "leading");
+        health.stand_by(false, fresh_for);
         let mut watch = leading.clone();
         let stop = async move {
             tokio::select! {
