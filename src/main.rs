@@ -5,8 +5,8 @@ use imagemap::cli::{Cli, Command, crds, resolve, run};
 
 /// mimalloc rather than the C library's allocator: the operator's memory follows its caches
 /// (freed list pages and replaced objects go back to the system instead of staying with a
-/// thread's arena), and the static musl build of the container image gets the same
-/// allocator, and speed, as the glibc build the benchmark measures.
+/// thread's arena), and the statically linked binary of the container image gets the same
+/// allocator, and speed, as the build the benchmark measures.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
     let code = match cli.command {
         Command::Resolve(args) => resolve::run(&args, &mut stdout.lock(), &mut stderr.lock()),
-        Command::Crds => crds::run(&mut stdout.lock(), &mut stderr.lock()),
+        Command::Crds(args) => crds::run(&args, &mut stdout.lock(), &mut stderr.lock()),
         // Not locked here: the operator's log writers take stderr's lock line by line.
         Command::Run(args) => {
             run::init_logging(args.log_format);

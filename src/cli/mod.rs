@@ -19,7 +19,7 @@ pub enum Command {
     /// Resolve images through ImageMappings offline, as the operator would.
     Resolve(resolve::ResolveArgs),
     /// Print the CustomResourceDefinitions as YAML.
-    Crds,
+    Crds(crds::CrdsArgs),
     /// Run the operator against the cluster of KUBECONFIG (or in-cluster credentials).
     Run(run::RunArgs),
 }

@@ -96,6 +96,9 @@ impl Http {
         // second install is refused, harmlessly).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
+            // Names are resolved in Rust (from /etc/resolv.conf and /etc/hosts), not by
+            // glibc, which a static binary cannot load its lookup modules for.
+            .hickory_dns(true)
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_LIMIT)
