@@ -204,9 +204,9 @@ impl Index {
         [ns.and_then(of), of(0)]
     }
 
-    /// Calls `f(rule, matched prefix length)` for every exact, repository and prefix rule
-    /// visible from namespace scope `ns` that matches `r`. The length is 0 except for
-    /// prefix rules.
+    /// Calls `f(rule, prefix length)` for every exact, repository and prefix rule visible
+    /// from namespace scope `ns` that matches `r`. The length is 0 except for prefix rules,
+    /// whose length is that of the prefix as written (`*.example.com`: 13).
     pub(crate) fn literal_candidates(
         &self,
         r: &Reference,
@@ -238,7 +238,10 @@ impl Index {
                     if i > 0
                         && let Some(bucket) = self.wildcard.get(&host[i..])
                     {
-                        bucket.visible(ns).for_each(|e| f(e.id, host.len()));
+                        // As written: `*.` and the domain (containers/image's
+                        // FindRegistry compares the prefix strings' lengths).
+                        let written = host.len() - i + 1;
+                        bucket.visible(ns).for_each(|e| f(e.id, written));
                     }
                 }
             }
@@ -315,7 +318,7 @@ pub(crate) fn matches(pattern: &Pattern, r: &Reference) -> Option<usize> {
         Pattern::Wildcard(suffix) => {
             let host = r.host();
             (!host.starts_with('[') && host.len() > suffix.len() && host.ends_with(suffix.as_str()))
-                .then_some(host.len())
+                .then_some(suffix.len() + 1)
         }
         Pattern::Regex(re, _) => re.is_match(r.as_str()).then_some(0),
     }

@@ -209,6 +209,70 @@ fn wildcards_match_subdomains_only_and_keep_the_port() {
     assert_eq!(w.resolve("b.example.com/team/x").0, "team.io/x");
 }
 
+/// registries.conf drop-ins, one mapping each at equal priority: the longest prefix as
+/// written wins (`*.` counted, as containers/image's `FindRegistry`), so nested wildcards and
+/// hosts under them do not conflict; only equal prefixes that rewrite differently do.
+#[test]
+fn longest_prefix_wins_across_drop_ins() {
+    let drop_in = |name: &str, prefix: &str, to: &str| {
+        ns_mapping("dev", name, 0, vec![rule("prefix", prefix, Some(to))])
+    };
+    let w = World::new(&[
+        drop_in("00-example", "*.example.com", "all.mirror"),
+        drop_in("10-eu", "*.eu.example.com", "eu.mirror"),
+        drop_in("20-registry", "registry.eu.example.com", "registry.mirror"),
+        drop_in("30-team", "registry.eu.example.com/team", "team.mirror"),
+        drop_in("40-short", "a.example.com", "short.mirror"),
+    ]);
+    let cases = [
+        ("x.example.com/app:1", "all.mirror/app:1", "00-example"),
+        ("b.eu.example.com/app:1", "eu.mirror/app:1", "10-eu"),
+        ("x.b.eu.example.com/app", "eu.mirror/app", "10-eu"),
+        (
+            "registry.eu.example.com/app",
+            "registry.mirror/app",
+            "20-registry",
+        ),
+        (
+            "registry.eu.example.com/team/app",
+            "team.mirror/app",
+            "30-team",
+        ),
+        // Equal length (13): the literal host names one registry, the wildcard many.
+        ("a.example.com/app", "short.mirror/app", "40-short"),
+    ];
+    for (image, out, winner) in cases {
+        let (got, source, conflicts) = w.resolve(image);
+        assert_eq!(got, out, "{image}");
+        assert_eq!(source, Some(format!("ImageMapping/{winner}#0")), "{image}");
+        assert_eq!(conflicts, 0, "{image}: a shorter prefix is no conflict");
+    }
+    assert!(
+        w.set.problems().is_empty(),
+        "nested prefixes are not conflicts: {:?}",
+        w.set.problems()
+    );
+
+    // The same prefix in two drop-ins, rewriting differently: that conflicts.
+    let w = World::new(&[
+        drop_in("00-a", "*.eu.example.com", "a.mirror"),
+        drop_in("10-b", "*.eu.example.com", "b.mirror"),
+        drop_in("20-c", "*.example.com", "c.mirror"),
+    ]);
+    let (got, source, conflicts) = w.resolve("x.eu.example.com/app");
+    assert_eq!(got, "a.mirror/app");
+    assert_eq!(source.as_deref(), Some("ImageMapping/00-a#0"));
+    assert_eq!(conflicts, 1);
+    assert_eq!(w.set.problems().len(), 2, "{:?}", w.set.problems());
+    // The same prefix rewriting alike is no conflict.
+    let w = World::new(&[
+        drop_in("00-a", "*.eu.example.com", "a.mirror"),
+        drop_in("10-b", "*.eu.example.com", "a.mirror"),
+    ]);
+    assert_eq!(w.resolve("x.eu.example.com/app").2, 0);
+    assert!(w.set.problems().is_empty());
+}
+
 #[test]
 fn exception_outranks_less_specific_rules() {
     let w = World::new(&[ns_mapping(
