@@ -21,6 +21,12 @@ impl AllowedRegistries {
         AllowedRegistries(Some(list))
     }
 
+    /// The registries listed (none when any is allowed).
+    #[must_use]
+    pub fn list(&self) -> &[String] {
+        self.0.as_deref().unwrap_or_default()
+    }
+
     /// Whether a list was given.
     #[must_use]
     pub fn is_listed(&self) -> bool {

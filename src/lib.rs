@@ -11,6 +11,7 @@ pub mod crds;
 pub mod excerpt;
 #[cfg(test)]
 mod fixtures;
+pub mod local_registry;
 pub mod manifests;
 pub mod mapping_status;
 pub mod operator;

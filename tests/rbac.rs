@@ -15,7 +15,7 @@ use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use imagemap::operator::{LeaderElection, LeaseTiming, Options, SecretName};
 use imagemap::runner_pod::VM_LABEL;
 use imagemap::runner_pod::pod_images;
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
 };
@@ -63,6 +63,29 @@ async fn deploy_installs_with_kustomize_and_its_flags_exist() {
     assert_eq!(can("list", "secrets"), "no");
     assert_eq!(can("get", "secrets/imagemap-registry-credentials"), "no");
     assert_eq!(can("list", "secrets/another"), "no");
+    // Of all ConfigMaps, only the cluster's local registry hosting, in kube-public.
+    let can_public = |verb: &str, what: &str| {
+        let out = kubectl(&[
+            "auth",
+            "can-i",
+            verb,
+            what,
+            "-n",
+            "kube-public",
+            "--as=system:serviceaccount:imagemap-system:imagemap",
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        can_public("watch", "configmaps/local-registry-hosting"),
+        "yes"
+    );
+    assert_eq!(
+        can_public("list", "configmaps/local-registry-hosting"),
+        "yes"
+    );
+    assert_eq!(can_public("list", "configmaps"), "no");
+    assert_eq!(can_public("get", "configmaps/cluster-info"), "no");
     let deployment = kubectl_ok(&[
         "get",
         "deployment",
@@ -140,9 +163,24 @@ async fn config_for(service_account: &str) -> kube::Config {
 /// A private registry holding `acme/private:dev`, and the registry credentials Secret the
 /// shipped Deployment names, holding its password.
 struct Private {
-    registry: TestRegistry,
+    /// Kept running while the scenarios use it.
+    _registry: TestRegistry,
     tag: String,
     digest: String,
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        kubectl(&[
+            "delete",
+            "configmap",
+            "local-registry-hosting",
+            "-n",
+            "kube-public",
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+    }
 }
 
 const CREDENTIALS_SECRET: &str = "imagemap-registry-credentials";
@@ -151,7 +189,26 @@ impl Private {
     async fn start(admin: &Client) -> Private {
         let registry = TestRegistry::start_private("rbac").await;
         let digest = registry.push("acme/private", "dev", "private build");
-        let tag = format!("{}/acme/private:dev", registry.host());
+        // The cluster advertises it as its local registry: pods pull it as
+        // `imagemap-rbac-registry:PORT`, the operator asks it at `host`, and neither registry
+        // flag names it.
+        let runtime = format!("imagemap-rbac-registry:{}", registry.port);
+        let hosting: ConfigMap = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "local-registry-hosting", "namespace": "kube-public"},
+            "data": {"localRegistryHosting.v1":
+                format!("host: \"{}\"\nhostFromContainerRuntime: \"{runtime}\"\n", registry.host())}
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(admin.clone(), "kube-public")
+            .patch(
+                "local-registry-hosting",
+                &PatchParams::apply("rbac-test").force(),
+                &Patch::Apply(&hosting),
+            )
+            .await
+            .unwrap();
+        let tag = format!("{runtime}/acme/private:dev");
         let secret = credentials_secret(CREDENTIALS_SECRET, &registry.host(), PRIVATE_PASSWORD);
         Api::<Secret>::namespaced(admin.clone(), SYSTEM_NS)
             .patch(
@@ -162,19 +219,18 @@ impl Private {
             .await
             .unwrap();
         Private {
-            registry,
+            _registry: registry,
             tag,
             digest,
         }
     }
 
-    /// The operator's options for following tags there, from ImageMappings in `ns`.
-    fn options(&self, ns: &str) -> Options {
+    /// The operator's options for following its tags, from ImageMappings in `ns`.
+    fn options(ns: &str) -> Options {
         Options {
-            insecure_registries: vec![self.registry.host()],
-            // The private registry, and the mirrors the scenario's rules rewrite to.
+            // The mirrors the scenario's rules rewrite to (the private registry is the
+            // cluster's local one: allowed, and plain HTTP, by its ConfigMap).
             allowed_registries: imagemap::allowed_registries::AllowedRegistries::only(vec![
-                self.registry.host(),
                 "mirror.io".into(),
                 "mirror2.io".into(),
                 "x.io".into(),
@@ -216,7 +272,7 @@ async fn scenario(
             identity: format!("{lease}-0"),
             timing: LeaseTiming::for_duration(Duration::from_secs(10)),
         },
-        private.options(&ns),
+        Private::options(&ns),
     );
     let cluster_name = format!("{ns}-mirror");
     let cluster = |to: &str| -> ClusterImageMapping {
@@ -420,16 +476,18 @@ async fn account_without(admin: &Client, name: &str, drop_rule: Option<usize>) -
         .unwrap();
     for (j, mut role) in roles.into_iter().enumerate() {
         let role_name = format!("{name}-{j}");
+        // In the namespace the shipped Role is in (the operator's, or kube-public).
+        let ns = role.metadata.namespace.clone().unwrap();
         role.metadata = ObjectMeta {
             name: Some(role_name.clone()),
-            namespace: Some(SYSTEM_NS.into()),
+            namespace: Some(ns.clone()),
             ..Default::default()
         };
-        Api::<Role>::namespaced(admin.clone(), SYSTEM_NS)
+        Api::<Role>::namespaced(admin.clone(), &ns)
             .create(&pp, &role)
             .await
             .unwrap();
-        Api::<RoleBinding>::namespaced(admin.clone(), SYSTEM_NS)
+        Api::<RoleBinding>::namespaced(admin.clone(), &ns)
             .create(
                 &pp,
                 &RoleBinding {

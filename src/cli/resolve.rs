@@ -151,6 +151,7 @@ fn ask_registries(
                     reference: r.clone(),
                     cause,
                     asked_as: None,
+                    via: None,
                 };
                 (r.clone(), Err(e))
             })

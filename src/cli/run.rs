@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::allowed_registries::AllowedRegistries;
 use crate::api_requests::ApiRequests;
+use crate::local_registry::Vantage;
 use crate::operator::{
     self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
     SecretName, TokenFile, health,
@@ -42,6 +43,12 @@ pub struct RunArgs {
     /// comma-separated or repeated (k3d's local registry is one). Others: HTTPS only.
     #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
     pub insecure_registries: Vec<String>,
+    /// Which name of the cluster's local registry (the ConfigMap
+    /// kube-public/local-registry-hosting) digest checks use: `cluster-network`
+    /// (`hostFromClusterNetwork`, as pods reach it) or `host` (as the machine outside the
+    /// cluster does). Default: `cluster-network` in a pod, else `host`.
+    #[arg(long, value_enum, value_name = "NAME")]
+    pub local_registry_vantage: Option<Vantage>,
     /// A file holding the bearer token registries must send with push notifications;
     /// given, the operator accepts them on `--registry-notifications-addr` and checks a
     /// pushed tag at once. Read again when it changes (a mounted Secret rotated).
@@ -139,6 +146,7 @@ impl RunArgs {
             concurrency: self.concurrency,
             tag_poll_interval: self.tag_poll_interval,
             insecure_registries: self.insecure_registries.clone(),
+            local_registry_vantage: self.local_registry_vantage.unwrap_or_else(Vantage::detect),
             registry_notifications,
             registry_credentials_namespaces: self.registry_credentials_namespaces.clone(),
             registry_credentials: self.registry_credentials_secret.as_ref().map(|name| {

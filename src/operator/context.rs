@@ -88,7 +88,8 @@ impl Context {
                         CredentialSource::Pending(s.to_string())
                     }),
             )
-            .map_err(|e| anyhow::anyhow!(e))?,
+            .map_err(|e| anyhow::anyhow!(e))?
+            .reaching_local_from(options.local_registry_vantage),
             followed: FollowedTags::default(),
             options,
             caches,
@@ -105,7 +106,11 @@ impl Context {
     /// Compiles the cached mappings and puts them in force.
     pub fn recompile(&self) -> RuleChange {
         let inputs = self.caches.mapping_inputs(&self.options);
-        self.rules
-            .recompile(&inputs, &self.options.compile_options())
+        self.rules.recompile(
+            &inputs,
+            &self
+                .options
+                .compile_options(self.registries.local_registry()),
+        )
     }
 }

@@ -409,6 +409,7 @@ mod tests {
             reference: R.into(),
             cause: crate::registry::Cause::Unreachable(why.into()),
             asked_as: None,
+            via: None,
         }
     }
 

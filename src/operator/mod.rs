@@ -22,6 +22,7 @@ mod http_endpoint;
 mod invalid_objects;
 mod jitter;
 mod leader;
+mod local_registry_watcher;
 mod mapping_status_writer;
 pub mod metrics;
 mod options;
@@ -199,6 +200,7 @@ impl Watches {
             namespace_events
                 .filter_map(|e| ready(Change::of_namespace(&e)))
                 .boxed(),
+            local_registry_watcher::changes(client),
         ])
         .boxed();
         let vm_health = Arc::clone(health);

@@ -1,8 +1,10 @@
 //! Operator settings (the `imagemap run` flags).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::allowed_registries::AllowedRegistries;
+use crate::local_registry::{LocalRegistry, Vantage};
 use crate::registry::Reach;
 use crate::rules::CompileOptions;
 use crate::vm_images;
@@ -25,6 +27,8 @@ pub struct Options {
     pub tag_poll_interval: Duration,
     /// Registries (`host[:port]`) reached over plain HTTP.
     pub insecure_registries: Vec<String>,
+    /// Where the operator reaches the cluster's local registry from.
+    pub local_registry_vantage: Vantage,
     /// Where registries post push notifications, when they do.
     pub registry_notifications: Option<RegistryNotifications>,
     /// The `kubernetes.io/dockerconfigjson` Secret digest checks take credentials from;
@@ -72,6 +76,7 @@ impl Default for Options {
             concurrency: DEFAULT_CONCURRENCY,
             tag_poll_interval: DEFAULT_TAG_POLL_INTERVAL,
             insecure_registries: Vec::new(),
+            local_registry_vantage: Vantage::Host,
             registry_notifications: None,
             registry_credentials: None,
             registry_credentials_namespaces: Vec::new(),
@@ -93,12 +98,13 @@ impl Options {
         self.namespaces.is_empty()
     }
 
-    /// How mappings are compiled.
+    /// How mappings are compiled, with the cluster's local registry `local`.
     #[must_use]
-    pub fn compile_options(&self) -> CompileOptions {
+    pub fn compile_options(&self, local: Option<Arc<LocalRegistry>>) -> CompileOptions {
         CompileOptions {
             allowed_registries: self.allowed_registries.clone(),
             follow_needs_list: true,
+            local_registry: local,
         }
     }
 

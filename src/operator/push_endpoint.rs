@@ -122,9 +122,16 @@ async fn handle(req: Request<Incoming>, token: &str, running: &Running) -> Respo
     };
     let now = Instant::now();
     let ctx = &*ctx;
+    // A push to the cluster's local registry by any of its names is one to its own name.
+    let local = ctx.registries.local_registry();
     let mut followed = 0;
-    for tag in &tags {
-        if ctx.followed.check_now(tag, now) {
+    for pushed in tags {
+        let tag = local
+            .as_ref()
+            .and_then(|l| l.rename(&pushed))
+            .unwrap_or(pushed)
+            .to_string();
+        if ctx.followed.check_now(&tag, now) {
             tracing::info!(reference = %tag, "pushed: checking the followed tag now");
             followed += 1;
         }

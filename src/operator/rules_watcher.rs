@@ -1,6 +1,6 @@
-//! Mapping and namespace changes: recompile the rules and ask for a reconcile of exactly
-//! the VMs whose images resolve differently — which also covers mappings deleted or
-//! changed while a watch was down.
+//! Mapping, namespace and local registry changes: recompile the rules and ask for a
+//! reconcile of exactly the VMs whose images resolve differently — which also covers
+//! mappings deleted or changed while a watch was down.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -14,12 +14,16 @@ use k8s_openapi::api::core::v1::Namespace;
 
 use super::Context;
 use super::cache_events::CacheEvent;
+use super::local_registry_watcher::Observed;
 use super::trigger::Trigger;
 use super::unreadable_mappings::Held;
-use crate::rule_change;
+use crate::{local_registry, rule_change};
+
+/// The reason of the Warning Event on a local registry ConfigMap that cannot be used.
+const LOCAL_REGISTRY_UNUSABLE: &str = "LocalRegistryUnusable";
 
 /// What a mapping or namespace watch event means for the VMs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     /// A mapping changed (or a watch re-listed): recompile.
     Rules,
@@ -28,6 +32,8 @@ pub enum Change {
     /// What holds the VMs of a namespace (`None`: of all) changed: an unreadable mapping
     /// without a readable version came or went.
     Held(Held),
+    /// The cluster's local registry was observed (`kube-public/local-registry-hosting`).
+    LocalRegistry(Observed),
 }
 
 impl Change {
@@ -63,6 +69,8 @@ struct Burst {
     rules: bool,
     namespaces: BTreeSet<String>,
     held: BTreeSet<Held>,
+    /// The last observation of the local registry.
+    local: Option<Observed>,
 }
 
 impl Burst {
@@ -75,12 +83,14 @@ impl Burst {
             Change::Held(held) => {
                 self.held.insert(held);
             }
+            Change::LocalRegistry(observed) => self.local = Some(observed),
         }
     }
 }
 
-/// Runs until `changes` ends. Once every mapping and namespace store has listed, compiles
-/// the rules and sends `ready`; from then on each burst of changes is handled at once.
+/// Runs until `changes` ends. Once every mapping and namespace store has listed and the
+/// local registry was observed, compiles the rules and sends `ready`; from then on each
+/// burst of changes is handled at once.
 pub async fn run(
     ctx: Arc<Context>,
     mut changes: BoxStream<'static, Change>,
@@ -95,13 +105,17 @@ pub async fn run(
         listed.namespaces.wait(),
     );
     tokio::pin!(all_listed);
-    loop {
+    let (mut listed_all, mut local_seen, mut local_failing) = (false, false, false);
+    while !(listed_all && local_seen) {
         tokio::select! {
-            _ = &mut all_listed => break,
-            change = changes.next() => {
-                if change.is_none() {
-                    return;
+            _ = &mut all_listed, if !listed_all => listed_all = true,
+            change = changes.next() => match change {
+                None => return,
+                Some(Change::LocalRegistry(observed)) => {
+                    local_seen = true;
+                    put_local_registry_in_force(&ctx, observed, &mut local_failing).await;
                 }
+                Some(_) => {}
             }
         }
     }
@@ -127,9 +141,19 @@ pub async fn run(
         while let Some(Some(change)) = changes.next().now_or_never() {
             burst.add(change);
         }
+        // A local registry put in force (or gone) renames what rules match and produce.
+        let local_changed = match burst.local.take() {
+            Some(observed) => put_local_registry_in_force(&ctx, observed, &mut local_failing).await,
+            None => false,
+        };
+        if local_changed {
+            apply_rule_change(&ctx, &trigger);
+            // Its tags are now asked at another name, or at none.
+            ctx.followed.check_all_now(std::time::Instant::now());
+        }
         // Only a change of what the rules are compiled from recompiles them: not a status
         // write (this operator's own included), not a re-list that found the same mappings.
-        if burst.rules {
+        if burst.rules && !local_changed {
             let now = ctx.caches.mappings_fingerprint(&ctx.options);
             if now != compiled {
                 compiled = now;
@@ -154,6 +178,48 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Puts what was observed of the local registry in force; whether that changed it. An
+/// unusable document puts none in force (said in the log and in a Warning Event on the
+/// ConfigMap); a failed read keeps what is (said once while it fails).
+async fn put_local_registry_in_force(
+    ctx: &Context,
+    observed: Observed,
+    failing: &mut bool,
+) -> bool {
+    let configmap = format!("{}/{}", local_registry::NAMESPACE, local_registry::NAME);
+    let registry = match observed {
+        Observed::Advertised(registry) => registry,
+        Observed::Unusable { why, object } => {
+            let message = format!("{configmap}: {why}; no local registry is taken from it");
+            tracing::warn!("{message}");
+            ctx.recorder
+                .warn(object, LOCAL_REGISTRY_UNUSABLE, message)
+                .await;
+            None
+        }
+        Observed::Unread(why) => {
+            if !std::mem::replace(failing, true) {
+                tracing::warn!(%configmap, "cannot read the cluster's local registry: {why}");
+            }
+            return false;
+        }
+    };
+    *failing = false;
+    let changed = ctx.registries.use_local_registry(registry.clone());
+    if changed {
+        if let Some(r) = &registry {
+            tracing::info!(
+                registry = r.name(),
+                names = %r.names().collect::<Vec<_>>().join(", "),
+                "the cluster's local registry is in force"
+            );
+        } else {
+            tracing::info!(%configmap, "the cluster advertises no local registry");
+        }
+    }
+    changed
 }
 
 /// Recompiles the rules from the caches and asks for a reconcile of every VM whose images

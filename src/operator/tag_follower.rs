@@ -127,6 +127,7 @@ impl Drop for UnderWay<'_> {
                 reference: self.reference.reference.clone(),
                 cause: Cause::Interrupted,
                 asked_as: None,
+                via: None,
             }));
         }
     }

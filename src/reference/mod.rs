@@ -293,6 +293,18 @@ impl Reference {
         }
     }
 
+    /// This reference at registry `domain` (a valid `host[:port]`), path, tag and digest
+    /// kept.
+    #[must_use]
+    pub fn with_domain(&self, domain: &str) -> Reference {
+        Reference::from_parts(
+            domain.to_string(),
+            self.path.clone(),
+            self.tag.clone(),
+            self.digest.clone(),
+        )
+    }
+
     /// This reference with `tag` and `digest` replaced.
     #[must_use]
     pub fn with_tag_digest(&self, tag: Option<&str>, digest: Option<&str>) -> Reference {

@@ -14,6 +14,17 @@ pub struct RegistryError {
     pub cause: Cause,
     /// For a refusal: who asked (which credentials, and where they came from).
     pub asked_as: Option<String>,
+    /// For the cluster's local registry: the name it was asked at, and its help.
+    pub via: Option<Via>,
+}
+
+/// How the cluster's local registry was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Via {
+    /// The name it was contacted by (`host` or `hostFromClusterNetwork`).
+    pub contacted: String,
+    /// The cluster's `help` for it.
+    pub help: Option<String>,
 }
 
 /// What went wrong.
@@ -137,13 +148,23 @@ impl fmt::Display for Cause {
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let registry = crate::reference::domain_of_normalized(&self.reference);
-        write!(
-            f,
-            "asking {registry} for {}: {}",
-            self.reference, self.cause
-        )?;
+        match &self.via {
+            Some(via) if via.contacted != registry => write!(
+                f,
+                "asking {} (the cluster's local registry {registry}) for {}: {}",
+                via.contacted, self.reference, self.cause
+            )?,
+            _ => write!(
+                f,
+                "asking {registry} for {}: {}",
+                self.reference, self.cause
+            )?,
+        }
         if let Some(who) = &self.asked_as {
             write!(f, " ({who})")?;
+        }
+        if let Some(help) = self.via.as_ref().and_then(|v| v.help.as_deref()) {
+            write!(f, "; help: {help}")?;
         }
         Ok(())
     }
@@ -161,6 +182,7 @@ mod tests {
             reference: "r.example/app:dev".into(),
             cause: Cause::Refused { status: 401 },
             asked_as: Some("asked anonymously".into()),
+            via: None,
         };
         assert!(e.is_refusal());
         assert_eq!(
@@ -174,7 +196,23 @@ mod tests {
                 role: Role::Registry,
             },
             asked_as: None,
+            via: None,
         };
+        let local = RegistryError {
+            reference: "k3d-registry:5000/app:dev".into(),
+            cause: Cause::Unreachable("connection refused".into()),
+            asked_as: None,
+            via: Some(Via {
+                contacted: "localhost:5000".into(),
+                help: Some("https://k3d.io/registries".into()),
+            }),
+        };
+        assert_eq!(
+            local.to_string(),
+            "asking localhost:5000 (the cluster's local registry k3d-registry:5000) for \
+             k3d-registry:5000/app:dev: unreachable: connection refused; \
+             help: https://k3d.io/registries"
+        );
         assert!(not.is_not_allowed());
         assert!(not.to_string().contains("registry 10.0.0.1:5000 is not in"));
         let big = Cause::TooLarge {

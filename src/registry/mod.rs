@@ -15,6 +15,6 @@ mod token_cache;
 
 pub use client::Reach;
 pub use credentials::RegistryCredentials;
-pub use error::{Cause, RegistryError, Role};
+pub use error::{Cause, RegistryError, Role, Via};
 pub use manifest_digest::{MANIFEST_LIMIT, TOKEN_LIMIT};
 pub use registries::{CHECK_LIMIT, CredentialSource, Credentials, Registries};

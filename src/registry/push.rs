@@ -41,9 +41,9 @@ struct Request {
     host: String,
 }
 
-/// The normalized references (`host/repository:tag`) whose tags an envelope says were
+/// The references (`host/repository:tag`, normalized) whose tags an envelope says were
 /// pushed, each once.
-pub fn pushed_tags(body: &[u8]) -> Result<Vec<String>, String> {
+pub fn pushed_tags(body: &[u8]) -> Result<Vec<Reference>, String> {
     let envelope: Envelope = serde_json::from_slice(body)
         .map_err(|e| format!("not a registry notification envelope: {e}"))?;
     let mut out = Vec::new();
@@ -57,11 +57,10 @@ pub fn pushed_tags(body: &[u8]) -> Result<Vec<String>, String> {
             "{}/{}:{}",
             event.request.host, event.target.repository, event.target.tag
         );
-        if let Ok(r) = Reference::parse_normalized(&text) {
-            let r = r.to_string();
-            if !out.contains(&r) {
-                out.push(r);
-            }
+        if let Ok(r) = Reference::parse_normalized(&text)
+            && !out.contains(&r)
+        {
+            out.push(r);
         }
     }
     Ok(out)
@@ -98,7 +97,11 @@ mod tests {
     #[test]
     fn manifest_pushes_with_a_tag_name_the_tags_to_check() {
         assert_eq!(
-            pushed_tags(PUSH.as_bytes()).unwrap(),
+            pushed_tags(PUSH.as_bytes())
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
             ["127.0.0.1:5056/acme/app:dev", "docker.io/library/busybox:1"]
         );
         assert!(pushed_tags(br#"{"events": []}"#).unwrap().is_empty());

@@ -9,10 +9,12 @@ use tokio::sync::watch;
 
 use super::client::{Http, Reach};
 use super::credentials::{Credential, RegistryCredentials};
-use super::error::{Cause, RegistryError};
+use super::error::{Cause, RegistryError, Via};
 use super::manifest_digest::{Asking, Login};
 use super::token_cache::TokenCache;
+use crate::allowed_registries::AllowedRegistries;
 use crate::excerpt::excerpt;
+use crate::local_registry::{LocalRegistry, Vantage};
 use crate::reference::Reference;
 
 /// The longest a digest check may take.
@@ -61,6 +63,10 @@ pub struct Registries {
     keyring: RwLock<Arc<Keyring>>,
     /// Whether the credentials were read (or will never be).
     loaded: watch::Sender<bool>,
+    /// The cluster's local registry, when it advertises one.
+    local: RwLock<Option<Arc<LocalRegistry>>>,
+    /// Where the local registry is reached from.
+    vantage: Vantage,
 }
 
 impl std::fmt::Debug for Registries {
@@ -86,7 +92,69 @@ impl Registries {
             reach,
             keyring: RwLock::new(Arc::new(keyring)),
             loaded: watch::Sender::new(loaded),
+            local: RwLock::new(None),
+            vantage: Vantage::Host,
         })
+    }
+
+    /// This client, reaching the cluster's local registry from `vantage`.
+    #[must_use]
+    pub fn reaching_local_from(mut self, vantage: Vantage) -> Registries {
+        self.vantage = vantage;
+        self
+    }
+
+    /// Puts the cluster's local registry in force (`None`: it advertises none); whether
+    /// that changed anything.
+    pub fn use_local_registry(&self, local: Option<Arc<LocalRegistry>>) -> bool {
+        let mut guard = self.local.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = *guard != local;
+        *guard = local;
+        changed
+    }
+
+    /// The cluster's local registry in force.
+    pub fn local_registry(&self) -> Option<Arc<LocalRegistry>> {
+        self.local
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// For a reference at the local registry: the reference at the name this process
+    /// reaches it by, the reach that allows that name over plain HTTP, and how it was asked.
+    fn local_route(&self, parsed: &Reference) -> Option<Result<(Reference, Reach, Via), Via>> {
+        let local = self.local_registry()?;
+        if !local.is_named(parsed.domain()) {
+            return None;
+        }
+        let Some(contacted) = local.reached_by(self.vantage) else {
+            return Some(Err(Via {
+                contacted: parsed.domain().to_string(),
+                help: local.help().map(str::to_string),
+            }));
+        };
+        // Allowed beside the listed ones; without a list, alone (the operator) or with any
+        // other (`imagemap resolve`).
+        let allowed = if self.reach.allowed.is_listed() || self.reach.needs_list {
+            let mut list = self.reach.allowed.list().to_vec();
+            list.push(contacted.to_string());
+            AllowedRegistries::only(list)
+        } else {
+            AllowedRegistries::any()
+        };
+        let mut insecure = self.reach.insecure.clone();
+        insecure.push(contacted.to_string());
+        let reach = Reach {
+            allowed,
+            insecure,
+            needs_list: self.reach.needs_list,
+        };
+        let via = Via {
+            contacted: contacted.to_string(),
+            help: local.help().map(str::to_string),
+        };
+        Some(Ok((parsed.with_domain(contacted), reach, via)))
     }
 
     fn keyring(&self) -> Arc<Keyring> {
@@ -132,13 +200,24 @@ impl Registries {
         reference: &str,
         use_credentials: &Credentials,
     ) -> Result<String, RegistryError> {
-        let fail = |cause, asked_as| RegistryError {
+        let fail = |cause, asked_as, via| RegistryError {
             reference: excerpt(reference),
             cause,
             asked_as,
+            via,
         };
-        let parsed = Reference::parse_normalized(reference)
-            .map_err(|e| fail(Cause::InvalidReference(excerpt(&e.to_string())), None))?;
+        let named = Reference::parse_normalized(reference)
+            .map_err(|e| fail(Cause::InvalidReference(excerpt(&e.to_string())), None, None))?;
+        let (parsed, reach, via) = match self.local_route(&named) {
+            None => (named, self.reach.clone(), None),
+            Some(Ok((parsed, reach, via))) => (parsed, reach, Some(via)),
+            Some(Err(via)) => {
+                let why = "the cluster advertises no hostFromClusterNetwork for its local \
+                           registry, so pods cannot reach it (run the operator with \
+                           --local-registry-vantage host if this one can reach `host`)";
+                return Err(fail(Cause::Unreachable(why.into()), None, Some(via)));
+            }
+        };
         let keyring = self.keyring();
         let entry = match use_credentials {
             Credentials::InForce => keyring.credentials.find(parsed.domain(), parsed.path()),
@@ -151,7 +230,7 @@ impl Registries {
         };
         let asking = Asking {
             http: &self.http,
-            reach: &self.reach,
+            reach: &reach,
             tokens: &keyring.tokens,
             login,
             entry,
@@ -168,7 +247,7 @@ impl Registries {
             (Cause::Refused { .. }, _) | (Cause::NotFound, Credentials::NotServed(_))
         );
         let asked_as = said.then(|| keyring.asked_as(entry, parsed.domain(), use_credentials));
-        Err(fail(cause, asked_as))
+        Err(fail(cause, asked_as, via))
     }
 }
 

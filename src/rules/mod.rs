@@ -3,8 +3,8 @@
 //!
 //! Precedence when several rules match one reference: higher `priority`; then
 //! namespaced before cluster-scoped; then `exact` > `repository` > longest `prefix`
-//! (a literal prefix before a `*.` wildcard of the same length) > `regex`; then
-//! mapping name and rule index. Rules tied on everything but name and index that
+//! (its length as written, `*.` included, as registries.conf compares them) > `regex`;
+//! then mapping name and rule index. Rules tied on everything but name and index that
 //! give different results are a conflict. Mapping is single pass.
 
 mod conflicts;
@@ -17,11 +17,13 @@ mod regex_cost;
 mod rewrite;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
 use crate::allowed_registries::AllowedRegistries;
+use crate::local_registry::LocalRegistry;
 use crate::reference::Reference;
 
 pub use mapping::{MappingInput, MappingKey, RuleRef, Scope};
@@ -43,6 +45,9 @@ pub struct CompileOptions {
     /// the registry it follows, and never one a tenant picked freely). `imagemap resolve`,
     /// run on a user's own machine, follows tags anywhere.
     pub follow_needs_list: bool,
+    /// The cluster's local registry, when it advertises one: known by all its names,
+    /// allowed, and followed without a list.
+    pub local_registry: Option<Arc<LocalRegistry>>,
 }
 
 /// Who requests an image: the VM's namespace, its labels and its namespace's labels.
@@ -97,6 +102,7 @@ pub struct RuleSet {
     problems: Vec<RuleProblem>,
     allowed_registries: AllowedRegistries,
     follow_needs_list: bool,
+    local_registry: Option<Arc<LocalRegistry>>,
     /// The regexes this set compiled, for the next one to reuse.
     regexes: RegexCache,
 }
@@ -153,6 +159,7 @@ impl RuleSet {
         let mut set = RuleSet {
             allowed_registries: options.allowed_registries.clone(),
             follow_needs_list: options.follow_needs_list,
+            local_registry: options.local_registry.clone(),
             regexes: RegexCache::after(&previous.regexes),
             ..RuleSet::default()
         };
@@ -212,7 +219,7 @@ impl RuleSet {
             let compiled =
                 Pattern::compile_with(&rule.match_, &mut self.regexes).and_then(|pattern| {
                     let action = Action::compile(rule, &pattern)?;
-                    Ok((pattern, action))
+                    Ok((self.local_name(pattern), action))
                 });
             let charged = compiled.and_then(|(pattern, action)| {
                 budget.charge(key.namespace.as_deref(), pattern.cost())?;
@@ -225,11 +232,13 @@ impl RuleSet {
                     continue;
                 }
             };
-            if action.follows_tag() && self.follow_refused() {
+            let to_local = action.static_domain().is_some_and(|d| self.is_local(&d));
+            if action.follows_tag() && self.follow_refused() && !to_local {
                 // Kept: its VMs say why their images do not resolve.
                 self.problem(&key, Some(index), ProblemDetail::FollowWithoutAllowList);
             }
             if let Some(registry) = action.static_domain()
+                && !to_local
                 && !self.allowed_registries.allows(&registry)
             {
                 self.problem(
@@ -292,9 +301,35 @@ impl RuleSet {
         }
     }
 
-    /// Whether `followTag` rules are refused: the operator may contact no registry.
+    /// Whether `followTag` rules are refused: the operator may contact no registry (but the
+    /// cluster's local registry).
     fn follow_refused(&self) -> bool {
         self.follow_needs_list && !self.allowed_registries.is_listed()
+    }
+
+    /// Whether `domain` is one of the local registry's names.
+    fn is_local(&self, domain: &str) -> bool {
+        self.local_registry
+            .as_ref()
+            .is_some_and(|l| l.is_named(domain))
+    }
+
+    /// `r` under the local registry's own name when it names it by another.
+    fn local_reference(&self, r: &Reference) -> Option<Reference> {
+        self.local_registry.as_ref().and_then(|l| l.rename(r))
+    }
+
+    /// A pattern naming the local registry by another name, under its own.
+    fn local_name(&self, pattern: Pattern) -> Pattern {
+        let Some(local) = &self.local_registry else {
+            return pattern;
+        };
+        match pattern {
+            Pattern::Exact(k) => Pattern::Exact(local.rename_text(&k).unwrap_or(k)),
+            Pattern::Repository(k) => Pattern::Repository(local.rename_text(&k).unwrap_or(k)),
+            Pattern::Prefix(k) => Pattern::Prefix(local.rename_text(&k).unwrap_or(k)),
+            other => other,
+        }
     }
 
     fn applies(&self, id: RuleId, who: &Requester<'_>, mode: Mode) -> bool {
@@ -341,7 +376,11 @@ impl RuleSet {
 
     /// Resolves `r` for `who`: the rewritten reference, the rule that decided it, and
     /// any conflicting rules.
+    /// A reference naming the cluster's local registry by any of its names is resolved
+    /// (and kept) under the registry's own name.
     pub fn resolve(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Resolution {
+        let local = self.local_reference(r);
+        let r = local.as_ref().unwrap_or(r);
         let winners = self.find(r, who, mode);
         self.outcome(r, &winners)
     }
@@ -386,8 +425,10 @@ impl RuleSet {
             .action
             .apply(r, &rule.pattern)
             .map_err(ResolveError::InvalidRewrite)?;
+        let out = self.local_reference(&out).unwrap_or(out);
         let follows = rule.action.follows_tag();
-        if follows && self.follow_refused() {
+        let local = self.is_local(out.domain());
+        if follows && self.follow_refused() && !local {
             return Err(ResolveError::FollowRefused(format!(
                 "{out} is to be followed by tag, but the operator was started without \
                  --allowed-registries: it asks no registry a rule names until that list names it"
@@ -395,7 +436,9 @@ impl RuleSet {
         }
         // A followed result's registry is contacted: it must be allowed even when the
         // rule keeps the requested one.
-        if (follows || out.domain() != r.domain()) && !self.allowed_registries.allows(out.domain())
+        if (follows || out.domain() != r.domain())
+            && !local
+            && !self.allowed_registries.allows(out.domain())
         {
             let what = if follows {
                 "following its tag would ask"
@@ -434,6 +477,8 @@ impl RuleSet {
 
     /// [`RuleSet::resolve`] on top of [`RuleSet::find_linear`].
     pub fn resolve_linear(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Resolution {
+        let local = self.local_reference(r);
+        let r = local.as_ref().unwrap_or(r);
         let winners = self.find_linear(r, who, mode);
         self.outcome(r, &winners)
     }

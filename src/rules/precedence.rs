@@ -2,7 +2,7 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use super::{MatchKind, Mode, Pattern, Requester, RuleId, RuleSet, Scope, Winners};
+use super::{MatchKind, Mode, Requester, RuleId, RuleSet, Scope, Winners};
 
 /// The precedence of one candidate; smaller sorts first and wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -11,7 +11,6 @@ pub(super) struct Rank {
     scope: Scope,
     kind: MatchKind,
     prefix_len: Reverse<usize>,
-    wildcard: bool,
 }
 
 impl Rank {
@@ -22,7 +21,6 @@ impl Rank {
             scope,
             kind: MatchKind::Regex,
             prefix_len: Reverse(0),
-            wildcard: false,
         }
     }
 }
@@ -36,7 +34,6 @@ impl RuleSet {
             scope: m.key.scope,
             kind: rule.pattern.kind(),
             prefix_len: Reverse(prefix_len),
-            wildcard: matches!(rule.pattern, Pattern::Wildcard(_)),
         }
     }
 

@@ -222,7 +222,6 @@ fn longest_prefix_wins_across_drop_ins() {
         drop_in("10-eu", "*.eu.example.com", "eu.mirror"),
         drop_in("20-registry", "registry.eu.example.com", "registry.mirror"),
         drop_in("30-team", "registry.eu.example.com/team", "team.mirror"),
-        drop_in("40-short", "a.example.com", "short.mirror"),
     ]);
     let cases = [
         ("x.example.com/app:1", "all.mirror/app:1", "00-example"),
@@ -238,8 +237,6 @@ fn longest_prefix_wins_across_drop_ins() {
             "team.mirror/app",
             "30-team",
         ),
-        // Equal length (13): the literal host names one registry, the wildcard many.
-        ("a.example.com/app", "short.mirror/app", "40-short"),
     ];
     for (image, out, winner) in cases {
         let (got, source, conflicts) = w.resolve(image);
@@ -264,6 +261,17 @@ fn longest_prefix_wins_across_drop_ins() {
     assert_eq!(source.as_deref(), Some("ImageMapping/00-a#0"));
     assert_eq!(conflicts, 1);
     assert_eq!(w.set.problems().len(), 2, "{:?}", w.set.problems());
+    // Different prefixes of equal length (13) that both match: the order of drop-ins would
+    // decide, so they conflict (the winner is still the first by name).
+    let w = World::new(&[
+        drop_in("00-example", "*.example.com", "all.mirror"),
+        drop_in("10-short", "a.example.com", "short.mirror"),
+    ]);
+    let (got, source, conflicts) = w.resolve("a.example.com/app");
+    assert_eq!(got, "all.mirror/app");
+    assert_eq!(source.as_deref(), Some("ImageMapping/00-example#0"));
+    assert_eq!(conflicts, 1);
+    assert_eq!(w.resolve("b.example.com/app").2, 0, "only one matches");
     // The same prefix rewriting alike is no conflict.
     let w = World::new(&[
         drop_in("00-a", "*.eu.example.com", "a.mirror"),
@@ -505,6 +513,7 @@ fn allowed_registries_refuse_other_targets() {
     let options = CompileOptions {
         allowed_registries: AllowedRegistries::only(vec!["ok.io".into(), "*.mirror.io".into()]),
         follow_needs_list: true,
+        ..CompileOptions::default()
     };
     let set = RuleSet::compile(&inputs, &options);
     assert_eq!(set.problems()[0].reason(), ProblemReason::DisallowedTarget);
@@ -562,6 +571,7 @@ fn a_followed_result_must_be_at_an_allowed_registry_even_when_the_rule_keeps_it(
     let listed = CompileOptions {
         allowed_registries: AllowedRegistries::only(vec!["ok.io".into()]),
         follow_needs_list: true,
+        ..CompileOptions::default()
     };
     let set = RuleSet::compile(&inputs, &listed);
     for image in [
@@ -864,4 +874,92 @@ fn tied_rules_that_differ_only_in_following_the_tag_conflict() {
         ),
     ]);
     assert_eq!(w.resolve("app").2, 1);
+}
+
+/// k3d's registry: pods pull from `k3d-reg:5000`, the laptop pushes to `localhost:5000`.
+fn k3d_registry() -> CompileOptions {
+    let data = BTreeMap::from([(
+        crate::local_registry::KEY_V1.to_string(),
+        "host: localhost:5000\nhostFromContainerRuntime: k3d-reg:5000\n\
+         hostFromClusterNetwork: k3d-reg:5000\n"
+            .to_string(),
+    )]);
+    let local = crate::local_registry::LocalRegistry::from_data(&data)
+        .unwrap()
+        .unwrap();
+    CompileOptions {
+        follow_needs_list: true,
+        local_registry: Some(std::sync::Arc::new(local)),
+        ..CompileOptions::default()
+    }
+}
+
+#[test]
+fn the_local_registry_is_one_registry_by_any_of_its_names() {
+    let inputs = vec![ns_mapping(
+        "dev",
+        "m",
+        0,
+        vec![
+            // Written with the name the laptop pushes to.
+            follow(
+                "repository",
+                "neondatabase/vm-compute-node-v17",
+                Some("localhost:5000/compute:dev"),
+            ),
+            rule("prefix", "localhost:5000/team", Some("ghcr.io/team")),
+            rule(
+                "exact",
+                "k3d-reg:5000/runner:1",
+                Some("localhost:5000/runner:2"),
+            ),
+        ],
+    )];
+    let set = RuleSet::compile(&inputs, &k3d_registry());
+    assert!(set.problems().is_empty(), "{:?}", set.problems());
+    let none = BTreeMap::new();
+    let who = Requester {
+        namespace: "dev",
+        labels: &none,
+        namespace_labels: &none,
+    };
+    let resolve = |s: &str| {
+        let r = Reference::parse_normalized(s).unwrap();
+        let res = set.resolve(&r, &who, Mode::Live);
+        assert_eq!(res, set.resolve_linear(&r, &who, Mode::Live), "{s}");
+        res.resolved.map(|r| r.to_string())
+    };
+    // Pods get the container runtime's name; a followed tag there needs no allow list.
+    assert_eq!(
+        resolve("neondatabase/vm-compute-node-v17:latest").unwrap(),
+        "k3d-reg:5000/compute:dev"
+    );
+    // A rule written with one name matches references written with another.
+    assert_eq!(
+        resolve("k3d-reg:5000/team/app:1").unwrap(),
+        "ghcr.io/team/app:1"
+    );
+    assert_eq!(
+        resolve("localhost:5000/team/app:1").unwrap(),
+        "ghcr.io/team/app:1"
+    );
+    assert_eq!(
+        resolve("localhost:5000/runner:1").unwrap(),
+        "k3d-reg:5000/runner:2"
+    );
+    // Unmapped references by another name get the runtime's name too.
+    assert_eq!(
+        resolve("localhost:5000/other:1").unwrap(),
+        "k3d-reg:5000/other:1"
+    );
+    assert_eq!(resolve("ghcr.io/other:1").unwrap(), "ghcr.io/other:1");
+    // Without the ConfigMap, the same rules follow nothing without a list.
+    let plain = RuleSet::compile(
+        &inputs,
+        &CompileOptions {
+            follow_needs_list: true,
+            ..CompileOptions::default()
+        },
+    );
+    assert_eq!(plain.problems().len(), 1, "{:?}", plain.problems());
 }
