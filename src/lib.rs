@@ -15,6 +15,7 @@ pub mod local_registry;
 pub mod manifests;
 pub mod mapping_status;
 pub mod operator;
+pub mod preview;
 pub mod reference;
 pub mod registry;
 pub mod rule_change;

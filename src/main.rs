@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use imagemap::cli::{Cli, Command, crds, resolve, run};
 
 /// mimalloc rather than the C library's allocator: the operator's memory follows its caches
@@ -11,7 +11,7 @@ use imagemap::cli::{Cli, Command, crds, resolve, run};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
     let code = match cli.command {
         Command::Resolve(args) => resolve::run(&args, &mut stdout.lock(), &mut stderr.lock()),
@@ -32,4 +32,19 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// The command line; installed as `kubectl-imagemap` (krew's convention), the binary is a
+/// kubectl plugin, and its help and errors name it `kubectl imagemap`.
+fn parse() -> Cli {
+    let mut command = Cli::command();
+    let invoked = std::env::args_os().next().map(std::path::PathBuf::from);
+    if invoked
+        .as_deref()
+        .and_then(std::path::Path::file_name)
+        .is_some_and(|name| name == "kubectl-imagemap")
+    {
+        command = command.bin_name("kubectl imagemap");
+    }
+    Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
 }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{ClusterImageMapping, GROUP, ImageMapping, VERSION, VirtualMachine};
+use crate::local_registry::{self, LocalRegistry};
 
 /// What was found in the manifests.
 #[derive(Debug, Default)]
@@ -17,8 +18,86 @@ pub struct Manifests {
     pub virtual_machines: Vec<VirtualMachine>,
     /// Labels of the Namespace documents found, by name.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// The cluster's local registry, from the ConfigMap
+    /// `kube-public/local-registry-hosting`: `None` when no such document was found,
+    /// `Some(None)` when one advertises none.
+    pub local_registry: Option<Option<LocalRegistry>>,
     /// Documents of other kinds, as `file: kind name` lines.
     pub skipped: Vec<String>,
+}
+
+/// What identifies an object across manifests and the cluster: kind, namespace (empty for
+/// cluster-scoped kinds) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub kind: ObjectKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The kinds `imagemap resolve` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    ImageMapping,
+    ClusterImageMapping,
+    VirtualMachine,
+    Namespace,
+    LocalRegistryHosting,
+}
+
+impl ObjectKind {
+    /// The kind named as `kubectl` names it (`imagemapping`, `imgmap`, `ImageMapping`, …).
+    #[must_use]
+    pub fn parse(text: &str) -> Option<ObjectKind> {
+        let lower = text.to_ascii_lowercase();
+        let base = lower.split('.').next().unwrap_or_default();
+        Some(match base {
+            "imagemapping" | "imagemappings" | "imgmap" => ObjectKind::ImageMapping,
+            "clusterimagemapping" | "clusterimagemappings" | "cimgmap" => {
+                ObjectKind::ClusterImageMapping
+            }
+            "virtualmachine" | "virtualmachines" | "imvm" => ObjectKind::VirtualMachine,
+            "namespace" | "namespaces" | "ns" => ObjectKind::Namespace,
+            _ => return None,
+        })
+    }
+
+    /// Whether objects of the kind live in a namespace.
+    #[must_use]
+    pub fn namespaced(self) -> bool {
+        matches!(
+            self,
+            ObjectKind::ImageMapping
+                | ObjectKind::VirtualMachine
+                | ObjectKind::LocalRegistryHosting
+        )
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            ObjectKind::ImageMapping => "ImageMapping",
+            ObjectKind::ClusterImageMapping => "ClusterImageMapping",
+            ObjectKind::VirtualMachine => "VirtualMachine",
+            ObjectKind::Namespace => "Namespace",
+            ObjectKind::LocalRegistryHosting => "ConfigMap",
+        };
+        if self.namespace.is_empty() {
+            write!(f, "{kind} {}", self.name)
+        } else {
+            write!(f, "{kind} {}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+fn key_of<K: Resource>(kind: ObjectKind, object: &K) -> ObjectKey {
+    let meta = object.meta();
+    ObjectKey {
+        kind,
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
 }
 
 /// A file that cannot be read or a document that is not valid.
@@ -52,6 +131,87 @@ impl Manifests {
             }
         }
         Ok(out)
+    }
+
+    /// The keys of every object held.
+    #[must_use]
+    pub fn keys(&self) -> Vec<ObjectKey> {
+        let mut keys: Vec<ObjectKey> = self
+            .image_mappings
+            .iter()
+            .map(|m| key_of(ObjectKind::ImageMapping, m))
+            .chain(
+                self.cluster_image_mappings
+                    .iter()
+                    .map(|m| key_of(ObjectKind::ClusterImageMapping, m)),
+            )
+            .chain(
+                self.virtual_machines
+                    .iter()
+                    .map(|v| key_of(ObjectKind::VirtualMachine, v)),
+            )
+            .chain(self.namespaces.keys().map(|name| ObjectKey {
+                kind: ObjectKind::Namespace,
+                namespace: String::new(),
+                name: name.clone(),
+            }))
+            .collect();
+        if self.local_registry.is_some() {
+            keys.push(local_registry_key());
+        }
+        keys
+    }
+
+    /// Removes the objects `keys` name (absent ones are no error).
+    pub fn remove(&mut self, keys: &[ObjectKey]) {
+        let gone = |kind: ObjectKind, k: ObjectKey| keys.contains(&k) && k.kind == kind;
+        self.image_mappings.retain(|m| {
+            !gone(
+                ObjectKind::ImageMapping,
+                key_of(ObjectKind::ImageMapping, m),
+            )
+        });
+        self.cluster_image_mappings.retain(|m| {
+            !gone(
+                ObjectKind::ClusterImageMapping,
+                key_of(ObjectKind::ClusterImageMapping, m),
+            )
+        });
+        self.virtual_machines.retain(|v| {
+            !gone(
+                ObjectKind::VirtualMachine,
+                key_of(ObjectKind::VirtualMachine, v),
+            )
+        });
+        for k in keys {
+            match k.kind {
+                ObjectKind::Namespace => {
+                    self.namespaces.remove(&k.name);
+                }
+                ObjectKind::LocalRegistryHosting => self.local_registry = Some(None),
+                _ => {}
+            }
+        }
+    }
+
+    /// Lays `changes` over these objects: an object of the same kind, namespace and name
+    /// is replaced, others are added.
+    pub fn overlay(&mut self, changes: Manifests) {
+        self.remove(&changes.keys());
+        self.image_mappings.extend(changes.image_mappings);
+        self.cluster_image_mappings
+            .extend(changes.cluster_image_mappings);
+        self.virtual_machines.extend(changes.virtual_machines);
+        self.namespaces.extend(changes.namespaces);
+        if changes.local_registry.is_some() {
+            self.local_registry = changes.local_registry;
+        }
+    }
+
+    /// The local registry these objects advertise, if any.
+    #[must_use]
+    pub fn local_registry(&self) -> Option<&LocalRegistry> {
+        self.local_registry.as_ref().and_then(Option::as_ref)
     }
 
     /// Adds every document of a multi-document YAML stream.
@@ -130,6 +290,25 @@ impl Manifests {
                 let vm = parse_object(value, Some(default_namespace)).map_err(parse_err)?;
                 self.virtual_machines.push(vm);
             }
+            "ConfigMap"
+                if api_version == "v1"
+                    && name == local_registry::NAME
+                    && value
+                        .pointer("/metadata/namespace")
+                        .and_then(|v| v.as_str())
+                        == Some(local_registry::NAMESPACE) =>
+            {
+                let data = value
+                    .get("data")
+                    .cloned()
+                    .map(serde_json::from_value::<BTreeMap<String, String>>)
+                    .transpose()
+                    .map_err(parse_err)?
+                    .unwrap_or_default();
+                let registry = LocalRegistry::from_data(&data)
+                    .map_err(|e| format!("{described} in {}: {e}", local_registry::NAMESPACE))?;
+                self.local_registry = Some(registry);
+            }
             "Namespace" if api_version == "v1" => {
                 let labels = value
                     .pointer("/metadata/labels")
@@ -159,6 +338,16 @@ fn parse_object<K: Resource + DeserializeOwned>(
             .get_or_insert_with(|| ns.to_string());
     }
     Ok(object)
+}
+
+/// The key of the ConfigMap `kube-public/local-registry-hosting`.
+#[must_use]
+pub fn local_registry_key() -> ObjectKey {
+    ObjectKey {
+        kind: ObjectKind::LocalRegistryHosting,
+        namespace: local_registry::NAMESPACE.into(),
+        name: local_registry::NAME.into(),
+    }
 }
 
 fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {

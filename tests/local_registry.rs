@@ -165,7 +165,11 @@ async fn the_advertised_registry_is_followed_by_any_of_its_names_without_flags()
     // The ConfigMap deleted: back to the flags — `host` is a registry of its own again.
     drop(hosting);
     wait_single_pod(&e, "by-host", &format!("{}/app:1", registry.host())).await;
-    let pods = e.pods.list(&kube::api::ListParams::default()).await.unwrap();
+    let pods = e
+        .pods
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap();
     assert!(
         pods.items
             .iter()

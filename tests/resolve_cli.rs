@@ -302,3 +302,67 @@ fn a_registry_config_is_read_only_with_follow_tags_and_a_bad_one_stops_it() {
         "{err}"
     );
 }
+
+#[test]
+fn the_local_registry_configmap_in_the_files_names_one_registry_three_ways() {
+    let dir = temp_dir("local-registry");
+    std::fs::write(
+        dir.join("hosting.yaml"),
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: local-registry-hosting, namespace: kube-public}
+data:
+  localRegistryHosting.v1: |
+    host: "localhost:5000"
+    hostFromContainerRuntime: "k3d-neon-local-registry:5000"
+    hostFromClusterNetwork: "k3d-neon-local-registry:5000"
+    help: "https://k3d.io/stable/usage/registries/"
+---
+apiVersion: imagemap.dev/v1alpha1
+kind: ImageMapping
+metadata: {name: laptop, namespace: dev}
+spec:
+  rules:
+  - match: {repository: neondatabase/vm-compute-node-v17}
+    to: localhost:5000/vm-compute-node-v17:dev
+    followTag: true
+"#,
+    )
+    .unwrap();
+    let dir = dir.to_str().unwrap();
+    // A rule written with `host`, an image named by `host`: pods get the runtime's name;
+    // with --allowed-registries naming none, the local registry is still followed.
+    let (code, v, err) = json(&[
+        "resolve",
+        "-f",
+        dir,
+        "-n",
+        "dev",
+        "--allowed-registries",
+        "ghcr.io",
+        "--image",
+        "neondatabase/vm-compute-node-v17",
+        "--image",
+        "localhost:5000/other:1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        v["images"][0]["resolved"],
+        "k3d-neon-local-registry:5000/vm-compute-node-v17:dev"
+    );
+    assert_eq!(v["images"][0]["followTag"], true);
+    assert_eq!(
+        v["images"][1]["resolved"],
+        "k3d-neon-local-registry:5000/other:1"
+    );
+    assert!(!err.contains("skipping"), "the ConfigMap is read: {err}");
+    // A hosting document that names no host[:port] is an error in that file.
+    std::fs::write(
+        format!("{dir}/hosting.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: local-registry-hosting, namespace: kube-public}\ndata:\n  localRegistryHosting.v1: 'host: not a host'\n",
+    )
+    .unwrap();
+    let (code, _, err) = imagemap(&["resolve", "-f", dir]);
+    assert_eq!(code, 2);
+    assert!(err.contains("host[:port]"), "{err}");
+}

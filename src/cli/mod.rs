@@ -1,8 +1,12 @@
 //! The `imagemap` command line.
 
+pub mod cluster;
 pub mod crds;
+pub mod follow_tags;
+pub mod preview;
 pub mod resolve;
 pub mod run;
+pub mod table;
 
 use clap::{Parser, Subcommand};
 

@@ -3,18 +3,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
+use super::follow_tags::{Digests, ask_registries, read_registry_config};
+use super::table;
+use crate::allowed_registries::AllowedRegistries;
 use crate::manifests::Manifests;
 use crate::reference::Reference;
-use crate::registry::{
-    CredentialSource, Credentials, Reach, Registries, RegistryCredentials, RegistryError,
-};
+use crate::registry::RegistryError;
 use crate::rules::RuleProblem;
-use crate::rules::{CompileOptions, MappingInput, MappingKey, Mode, Requester, RuleRef, RuleSet};
+use crate::rules::{CompileOptions, MappingKey, Mode, Requester, RuleRef};
 use crate::vm_images::SlotResolution;
 use crate::vm_images::{self, VmResolution};
 
@@ -29,16 +30,45 @@ pub enum Output {
 #[derive(Debug, clap::Args)]
 pub struct ResolveArgs {
     /// A YAML file or folder (searched recursively for .yaml/.yml) holding ImageMappings,
-    /// ClusterImageMappings, VirtualMachines and Namespaces. Repeatable.
+    /// ClusterImageMappings, VirtualMachines, Namespaces and the ConfigMap
+    /// kube-public/local-registry-hosting. Repeatable. With --cluster: the changes to preview.
     #[arg(short = 'f', long = "filename", value_name = "FILE_OR_DIR")]
     pub files: Vec<PathBuf>,
     /// An image reference to resolve as if an unlabelled VirtualMachine in --namespace asked
     /// for it. Repeatable; use --image=VALUE for values starting with '-'.
-    #[arg(long = "image", value_name = "REF", allow_hyphen_values = true)]
+    #[arg(
+        long = "image",
+        value_name = "REF",
+        allow_hyphen_values = true,
+        conflicts_with = "cluster"
+    )]
     pub images: Vec<String>,
-    /// Namespace of --image requests, and of objects in -f that name none.
-    #[arg(short = 'n', long, default_value = "default")]
-    pub namespace: String,
+    /// Namespace of --image requests, and of objects in -f that name none (default:
+    /// `default`; with --cluster, the context's). With --cluster: preview only its VMs.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Preview against the live cluster: read its mappings, VirtualMachines, Namespaces and
+    /// local registry through the kubeconfig, lay the -f files over them, and print what
+    /// changes for each VM that runs now (images now → after, and what happens to its pod).
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: an object the change removes, as KIND/NAME (in --namespace),
+    /// KIND/NAMESPACE/NAME, or a file or folder whose objects are removed. Repeatable.
+    #[arg(long, value_name = "KIND/NAME|FILE", requires = "cluster")]
+    pub delete: Vec<String>,
+    /// With --cluster: exit 1 when the change would change anything (as `kubectl diff`).
+    #[arg(long, requires = "cluster")]
+    pub exit_code: bool,
+    /// With --cluster: the kubeconfig file (default: KUBECONFIG, else ~/.kube/config).
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --cluster: the kubeconfig context (default: its current one).
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    pub context: Option<String>,
+    /// The operator's --allowed-registries, for a preview that refuses what it refuses.
+    /// Default: rules may point anywhere, and tags are followed anywhere.
+    #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
+    pub allowed_registries: Vec<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -47,7 +77,7 @@ pub struct ResolveArgs {
     pub default_runner_image: String,
     /// Ask the registries which digest each followed tag (`followTag`) points to now.
     /// Off by default: the preview stays offline.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     pub follow_tags: bool,
     /// Registries (`host[:port]`) to ask over plain HTTP with --follow-tags.
     #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
@@ -65,9 +95,29 @@ pub const EXIT_PROBLEMS: i32 = 1;
 /// Exit status: usage, file or YAML error.
 pub const EXIT_USAGE: i32 = 2;
 
+impl ResolveArgs {
+    /// How the rules are compiled: as the operator does with `--allowed-registries` when
+    /// given, else anywhere.
+    #[must_use]
+    pub fn compile_options(&self) -> CompileOptions {
+        if self.allowed_registries.is_empty() {
+            return CompileOptions::default();
+        }
+        CompileOptions {
+            allowed_registries: AllowedRegistries::only(self.allowed_registries.clone()),
+            follow_needs_list: true,
+            local_registry: None,
+        }
+    }
+}
+
 /// Runs the command, writing the result to `out` and notes to `err`; returns the exit status.
 pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let manifests = match Manifests::load(&args.files, &args.namespace) {
+    if args.cluster {
+        return super::preview::run(args, out, err);
+    }
+    let namespace = args.namespace.as_deref().unwrap_or("default");
+    let manifests = match Manifests::load(&args.files, namespace) {
         Ok(m) => m,
         Err(e) => {
             let _ = writeln!(err, "error: {e}");
@@ -77,7 +127,8 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     for skipped in &manifests.skipped {
         let _ = writeln!(
             err,
-            "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, VirtualMachine and Namespace"
+            "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, \
+             VirtualMachine, Namespace and the ConfigMap kube-public/local-registry-hosting"
         );
     }
     let mut report = Report::build(&manifests, args);
@@ -98,7 +149,12 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
                 }
             },
         };
-        let digests = ask_registries(&report.followed(), &args.insecure_registries, credentials);
+        let digests = ask_registries(
+            &report.followed(),
+            &args.insecure_registries,
+            credentials,
+            manifests.local_registry(),
+        );
         for (reference, result) in &digests {
             if let Err(e) = result {
                 let _ = writeln!(err, "note: {reference}: digest unknown: {e}");
@@ -124,66 +180,6 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     } else {
         EXIT_OK
     }
-}
-
-/// What the registries answered for each followed reference.
-type Digests = BTreeMap<String, Result<String, RegistryError>>;
-
-/// The credentials in a Docker config file, and the entries that cannot be used.
-fn read_registry_config(path: &Path) -> Result<(RegistryCredentials, Vec<String>), String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    RegistryCredentials::parse(&bytes)
-}
-
-/// Asks the registries for the digest of each of `references`, with `credentials` (read
-/// from the file named) when given.
-fn ask_registries(
-    references: &BTreeSet<String>,
-    insecure: &[String],
-    credentials: Option<(String, RegistryCredentials)>,
-) -> Digests {
-    let fail_all = |why: &str| -> Digests {
-        references
-            .iter()
-            .map(|r| {
-                let cause = crate::registry::Cause::Unreachable(why.to_string());
-                let e = RegistryError {
-                    reference: r.clone(),
-                    cause,
-                    asked_as: None,
-                    via: None,
-                };
-                (r.clone(), Err(e))
-            })
-            .collect()
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => return fail_all(&format!("no async runtime: {e}")),
-    };
-    runtime.block_on(async {
-        // On the user's own machine: any registry the rules name.
-        let reach = Reach {
-            insecure: insecure.to_vec(),
-            ..Reach::default()
-        };
-        let registries = match Registries::new(reach, CredentialSource::Anonymous) {
-            Ok(r) => r,
-            Err(why) => return fail_all(&why),
-        };
-        if let Some((file, credentials)) = credentials {
-            registries.use_credentials(CredentialSource::File(file), credentials);
-        }
-        let mut out = Digests::new();
-        for reference in references {
-            let digest = registries.digest(reference, &Credentials::InForce).await;
-            out.insert(reference.clone(), digest);
-        }
-        out
-    })
 }
 
 struct ImageEntry {
@@ -246,18 +242,7 @@ impl Report {
     }
 
     fn build(manifests: &Manifests, args: &ResolveArgs) -> Report {
-        let inputs: Vec<MappingInput> = manifests
-            .image_mappings
-            .iter()
-            .map(MappingInput::from)
-            .chain(
-                manifests
-                    .cluster_image_mappings
-                    .iter()
-                    .map(MappingInput::from),
-            )
-            .collect();
-        let set = RuleSet::compile(&inputs, &CompileOptions::default());
+        let set = crate::preview::compile(manifests, &args.compile_options());
         let problems = set.problems().to_vec();
         let ns_labels = |ns: &str| {
             vm_images::namespace_labels(
@@ -266,9 +251,10 @@ impl Report {
             )
         };
         let unlabelled = BTreeMap::new();
-        let request_ns_labels = ns_labels(&args.namespace);
+        let namespace = args.namespace.as_deref().unwrap_or("default");
+        let request_ns_labels = ns_labels(namespace);
         let who = Requester {
-            namespace: &args.namespace,
+            namespace,
             labels: &unlabelled,
             namespace_labels: &request_ns_labels,
         };
@@ -350,13 +336,7 @@ impl Report {
                 }
                 pairs.insert((other, this));
             }
-            let rule = p.rule.map(|r| format!(" rule {r}")).unwrap_or_default();
-            lines.push(format!(
-                "{}{rule}: {}: {}",
-                p.mapping,
-                p.reason().as_str(),
-                p.detail
-            ));
+            lines.push(problem_line(p));
         }
         let known = |winner: Option<&RuleRef>, loser: &RuleRef| {
             winner.is_some_and(|w| {
@@ -408,18 +388,7 @@ impl Report {
                 json!({"namespace": v.namespace, "name": v.name, "images": images})
             })
             .collect();
-        let problems: Vec<Value> = self
-            .problems
-            .iter()
-            .map(|p| {
-                json!({
-                    "mapping": p.mapping.to_string(),
-                    "rule": p.rule,
-                    "reason": p.reason().as_str(),
-                    "message": p.detail.to_string(),
-                })
-            })
-            .collect();
+        let problems: Vec<Value> = self.problems.iter().map(problem_json).collect();
         json!({"images": images, "virtualMachines": vms, "problems": problems})
     }
 
@@ -443,7 +412,7 @@ impl Report {
                     rule_cell(i.rule.as_ref(), i.conflicts.len() + i.more_conflicts),
                 ]);
             }
-            out.push_str(&render(&rows));
+            out.push_str(&table::render(&rows));
         }
         if !self.vms.is_empty() {
             if !out.is_empty() {
@@ -474,7 +443,7 @@ impl Report {
                     ]);
                 }
             }
-            out.push_str(&render(&rows));
+            out.push_str(&table::render(&rows));
         }
         if out.is_empty() {
             out.push_str("nothing to resolve: pass --image REF or -f with VirtualMachines\n");
@@ -493,7 +462,22 @@ fn followed(resolved: &str, follow_tag: bool, digest: Option<&String>) -> String
     }
 }
 
-fn describe(r: &RuleRef) -> String {
+/// A rule problem as one line: the mapping, the rule, the reason and what is wrong.
+pub(super) fn problem_line(p: &RuleProblem) -> String {
+    let rule = p.rule.map(|r| format!(" rule {r}")).unwrap_or_default();
+    format!("{}{rule}: {}: {}", p.mapping, p.reason().as_str(), p.detail)
+}
+
+pub(super) fn problem_json(p: &RuleProblem) -> Value {
+    json!({
+        "mapping": p.mapping.to_string(),
+        "rule": p.rule,
+        "reason": p.reason().as_str(),
+        "message": p.detail.to_string(),
+    })
+}
+
+pub(super) fn describe(r: &RuleRef) -> String {
     format!("{r} ({})", r.kind.as_str())
 }
 
@@ -505,30 +489,7 @@ fn rule_cell(rule: Option<&RuleRef>, conflicts: usize) -> String {
     cell
 }
 
-fn render<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
-            if i + 1 == N {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:<w$}   ");
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-fn source_json(r: &RuleRef) -> Value {
+pub(super) fn source_json(r: &RuleRef) -> Value {
     let s = r.source();
     json!({"kind": s.kind, "namespace": s.namespace, "name": s.name, "rule": s.rule, "match": s.match_kind})
 }

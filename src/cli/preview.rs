@@ -1,0 +1,310 @@
+//! `imagemap resolve --cluster`: what a change would do to the VMs that run now, read from
+//! the live cluster (read-only) with the -f files laid over it and `--delete` removals.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::cluster::{self, Target};
+use super::resolve::{
+    EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs, problem_json, problem_line,
+    source_json,
+};
+use super::table;
+use crate::manifests::{Manifests, ObjectKey, ObjectKind};
+use crate::preview::{PodAction, Preview, SlotChange, VmPreview, preview};
+
+/// Runs the preview; returns the exit status: 2 when the cluster or a file cannot be read,
+/// 1 when the change brings new problems (or, with `--exit-code`, changes anything), else 0.
+pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(err, "error: no async runtime: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let target = Target {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let read = runtime.block_on(async {
+        let (client, context_namespace) = cluster::connect(&target).await?;
+        let (live, notes) = cluster::read(&client, args.namespace.as_deref()).await?;
+        Ok::<_, String>((live, notes, context_namespace))
+    });
+    let (live, notes, context_namespace) = match read {
+        Ok(read) => read,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    for note in notes {
+        let _ = writeln!(err, "note: {note}");
+    }
+    let namespace = args.namespace.clone().unwrap_or(context_namespace);
+    let after = match changed(&live, args, &namespace) {
+        Ok(after) => after,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    for skipped in &after.skipped {
+        let _ = writeln!(
+            err,
+            "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, \
+             VirtualMachine, Namespace and the ConfigMap kube-public/local-registry-hosting"
+        );
+    }
+    let result = preview(
+        &live,
+        &after,
+        &args.compile_options(),
+        &args.default_runner_image,
+    );
+    for line in problem_lines(&result) {
+        let _ = writeln!(err, "problem: {line}");
+    }
+    let written = match args.output {
+        Output::Json => serde_json::to_writer_pretty(&mut *out, &to_json(&result))
+            .map_err(std::io::Error::other)
+            .and_then(|()| writeln!(out)),
+        Output::Table => out.write_all(to_table(&result).as_bytes()),
+    };
+    if let Err(e) = written {
+        let _ = writeln!(err, "error: writing output: {e}");
+        return EXIT_USAGE;
+    }
+    if result.has_new_problems() || (args.exit_code && result.changes_anything()) {
+        EXIT_PROBLEMS
+    } else {
+        EXIT_OK
+    }
+}
+
+/// The live objects with the -f files laid over them and the `--delete` ones removed.
+/// Objects without a namespace are in `namespace`; with `--namespace`, only its
+/// ImageMappings and VMs are taken from the files, as from the cluster.
+fn changed(live: &Manifests, args: &ResolveArgs, namespace: &str) -> Result<Manifests, String> {
+    let mut after = Manifests {
+        image_mappings: live.image_mappings.clone(),
+        cluster_image_mappings: live.cluster_image_mappings.clone(),
+        virtual_machines: live.virtual_machines.clone(),
+        namespaces: live.namespaces.clone(),
+        local_registry: live.local_registry.clone(),
+        skipped: Vec::new(),
+    };
+    let mut changes = Manifests::load(&args.files, namespace).map_err(|e| e.to_string())?;
+    if let Some(only) = &args.namespace {
+        let theirs = |ns: Option<&String>| ns.is_some_and(|ns| ns != only);
+        changes
+            .image_mappings
+            .retain(|m| !theirs(m.metadata.namespace.as_ref()));
+        changes
+            .virtual_machines
+            .retain(|v| !theirs(v.metadata.namespace.as_ref()));
+    }
+    after.overlay(changes);
+    let mut removed = Vec::new();
+    for d in &args.delete {
+        removed.extend(deleted(d, namespace)?);
+    }
+    after.remove(&removed);
+    Ok(after)
+}
+
+/// The objects one `--delete` value names.
+fn deleted(value: &str, namespace: &str) -> Result<Vec<ObjectKey>, String> {
+    let path = PathBuf::from(value);
+    if path.exists() {
+        return Manifests::load(&[path], namespace)
+            .map(|m| m.keys())
+            .map_err(|e| e.to_string());
+    }
+    let parts: Vec<&str> = value.split('/').collect();
+    let usage = || {
+        format!(
+            "--delete {value:?}: give KIND/NAME, KIND/NAMESPACE/NAME or a file (KIND: \
+             imagemapping, clusterimagemapping, virtualmachine, namespace)"
+        )
+    };
+    let kind = ObjectKind::parse(parts[0]).ok_or_else(usage)?;
+    let (ns, name) = match (kind.namespaced(), parts.as_slice()) {
+        (true, [_, name]) => (namespace, *name),
+        (true, [_, ns, name]) => (*ns, *name),
+        (false, [_, name]) => ("", *name),
+        _ => return Err(usage()),
+    };
+    if name.is_empty() {
+        return Err(usage());
+    }
+    Ok(vec![ObjectKey {
+        kind,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    }])
+}
+
+fn problem_lines(p: &Preview) -> Vec<String> {
+    p.new_problems
+        .iter()
+        .map(problem_line)
+        .chain(p.vms.iter().flat_map(|v| {
+            v.new_problems
+                .iter()
+                .map(move |line| format!("VirtualMachine {}/{} {line}", v.namespace, v.name))
+        }))
+        .collect()
+}
+
+/// What happens to a VM's pod, as the table says it.
+fn pod_cell(v: &VmPreview) -> &'static str {
+    match v.action {
+        PodAction::Recreate => "recreated (liveReload)",
+        PodAction::RestartRequired => "kept: RestartRequired",
+        PodAction::Create => "created",
+        PodAction::Keep => "kept: images do not resolve",
+        PodAction::Remove => "removed with the VM",
+        PodAction::Unchanged => "unchanged",
+    }
+}
+
+fn image_cell(image: Option<&String>, follow_tag: bool) -> String {
+    match image {
+        Some(i) if follow_tag => format!("{i} (follows tag)"),
+        Some(i) => i.clone(),
+        None => "-".into(),
+    }
+}
+
+fn to_table(p: &Preview) -> String {
+    let mut rows = vec![[
+        "VIRTUALMACHINE".to_string(),
+        "POD".into(),
+        "SLOT".into(),
+        "NOW".into(),
+        "AFTER".into(),
+    ]];
+    for v in &p.vms {
+        let vm = format!("{}/{}", v.namespace, v.name);
+        let shown: Vec<&SlotChange> = v.slots.iter().filter(|s| s.changes()).collect();
+        if shown.is_empty() {
+            rows.push([
+                vm,
+                pod_cell(v).into(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            continue;
+        }
+        for (i, s) in shown.into_iter().enumerate() {
+            let (vm, pod) = if i == 0 {
+                (vm.clone(), pod_cell(v).to_string())
+            } else {
+                (String::new(), String::new())
+            };
+            let after = match &s.after {
+                Ok(image) => image_cell(Some(image), s.follow_tag),
+                Err(e) => format!("error: {e}"),
+            };
+            rows.push([
+                vm,
+                pod,
+                s.slot.clone(),
+                image_cell(s.now.as_ref(), false),
+                after,
+            ]);
+        }
+    }
+    let mut out = if rows.len() > 1 {
+        table::render(&rows)
+    } else {
+        "no VirtualMachine changes\n".to_string()
+    };
+    let unchanged = match p.unchanged {
+        1 => "1 VirtualMachine unchanged\n".to_string(),
+        n => format!("{n} VirtualMachines unchanged\n"),
+    };
+    out.push_str(&unchanged);
+    out
+}
+
+fn to_json(p: &Preview) -> Value {
+    let vms: Vec<Value> = p
+        .vms
+        .iter()
+        .map(|v| {
+            let images: Vec<Value> = v
+                .slots
+                .iter()
+                .map(|s| {
+                    json!({
+                        "slot": s.slot,
+                        "now": s.now,
+                        "after": s.after.as_ref().ok(),
+                        "error": s.after.as_ref().err(),
+                        "changes": s.changes(),
+                        "followTag": s.follow_tag,
+                        "source": s.rule.as_ref().map(source_json),
+                    })
+                })
+                .collect();
+            json!({
+                "namespace": v.namespace,
+                "name": v.name,
+                "liveReload": v.live_reload,
+                "pod": v.action.as_str(),
+                "images": images,
+                "problems": v.new_problems,
+            })
+        })
+        .collect();
+    let problems: Vec<Value> = p.new_problems.iter().map(problem_json).collect();
+    json!({"virtualMachines": vms, "unchanged": p.unchanged, "problems": problems})
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn delete_names_objects_as_kubectl_does() {
+        let key = |kind, ns: &str, name: &str| ObjectKey {
+            kind,
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        assert_eq!(
+            deleted("imagemapping/tilt", "dev").unwrap(),
+            [key(ObjectKind::ImageMapping, "dev", "tilt")]
+        );
+        assert_eq!(
+            deleted("imvm/prod/db", "dev").unwrap(),
+            [key(ObjectKind::VirtualMachine, "prod", "db")]
+        );
+        assert_eq!(
+            deleted("ClusterImageMapping/mirror", "dev").unwrap(),
+            [key(ObjectKind::ClusterImageMapping, "", "mirror")]
+        );
+        for bad in [
+            "pod/x",
+            "imagemapping",
+            "clusterimagemapping/a/b",
+            "imgmap/",
+        ] {
+            assert!(
+                deleted(bad, "dev").unwrap_err().contains("KIND/NAME"),
+                "{bad}"
+            );
+        }
+    }
+}
