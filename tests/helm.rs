@@ -204,6 +204,7 @@ fn every_operator_flag_is_reachable_from_values_and_the_schema_matches_the_flags
         "registryCredentialsSecret": "creds", "registryCredentialsNamespaces": ["ci"],
         "healthAddr": "0.0.0.0:9090", "leaderElect": true, "leaseNamespace": "leases",
         "leaseName": "lead", "leaseDurationSeconds": 20, "logFormat": "plain",
+        "localRegistryVantage": "host",
     });
     let mut sets: Vec<String> = values
         .as_object()

@@ -128,6 +128,15 @@ async fn the_preview_lists_what_the_operator_then_does() {
     let dir = std::env::temp_dir().join(format!("imagemap-{}", e.ns));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = viewer_kubeconfig(&dir, &e.ns);
+    // A VM of another namespace, which this operator does not act in: only -A shows it.
+    let elsewhere = fresh_namespace(&e.client, "preview-other").await;
+    kube::Api::<imagemap::api::VirtualMachine>::namespaced(e.client.clone(), &elsewhere)
+        .create(
+            &kube::api::PostParams::default(),
+            &vm("elsewhere", true, "Always", COMPUTE),
+        )
+        .await
+        .unwrap();
     let _op = Operator::start(&[&e.ns], Options::default()).await;
     e.add_mapping("tilt", tilt_rule("mirror.io/compute:build-1"))
         .await;
@@ -234,6 +243,27 @@ async fn the_preview_lists_what_the_operator_then_does() {
             ("live", "recreate", COMPUTE_NORMALIZED),
             ("steady", "restartRequired", COMPUTE_NORMALIZED)
         ]
+    );
+    // Every namespace (-A): the same two VMs of this one among them.
+    let (_, everywhere, _) = preview(
+        &kubeconfig,
+        &["-A", "--delete", &format!("imagemapping/{}/tilt", e.ns)],
+    );
+    let ours: Vec<_> = everywhere["virtualMachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["namespace"] == e.ns.as_str())
+        .map(|v| (v["name"].as_str().unwrap(), v["pod"].as_str().unwrap()))
+        .collect();
+    assert_eq!(ours, [("live", "recreate"), ("steady", "restartRequired")]);
+    assert!(
+        everywhere["virtualMachines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["namespace"] == elsewhere.as_str() && v["pod"] == "create"),
+        "{everywhere}"
     );
     let tie = dir.join("tie.yaml");
     std::fs::write(

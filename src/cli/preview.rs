@@ -34,10 +34,13 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     };
     let read = runtime.block_on(async {
         let (client, context_namespace) = cluster::connect(&target).await?;
-        let (live, notes) = cluster::read(&client, args.namespace.as_deref()).await?;
-        Ok::<_, String>((live, notes, context_namespace))
+        // As kubectl: --namespace, else the context's; every one with --all-namespaces.
+        let namespace = args.namespace.clone().unwrap_or(context_namespace);
+        let scope = (!args.all_namespaces).then_some(namespace.as_str());
+        let (live, notes) = cluster::read(&client, scope).await?;
+        Ok::<_, String>((live, notes, namespace))
     });
-    let (live, notes, context_namespace) = match read {
+    let (live, notes, namespace) = match read {
         Ok(read) => read,
         Err(e) => {
             let _ = writeln!(err, "error: {e}");
@@ -47,7 +50,6 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     for note in notes {
         let _ = writeln!(err, "note: {note}");
     }
-    let namespace = args.namespace.clone().unwrap_or(context_namespace);
     let after = match changed(&live, args, &namespace) {
         Ok(after) => after,
         Err(e) => {
@@ -89,7 +91,7 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
 }
 
 /// The live objects with the -f files laid over them and the `--delete` ones removed.
-/// Objects without a namespace are in `namespace`; with `--namespace`, only its
+/// Objects without a namespace are in `namespace`; but with `--all-namespaces`, only its
 /// ImageMappings and VMs are taken from the files, as from the cluster.
 fn changed(live: &Manifests, args: &ResolveArgs, namespace: &str) -> Result<Manifests, String> {
     let mut after = Manifests {
@@ -101,8 +103,8 @@ fn changed(live: &Manifests, args: &ResolveArgs, namespace: &str) -> Result<Mani
         skipped: Vec::new(),
     };
     let mut changes = Manifests::load(&args.files, namespace).map_err(|e| e.to_string())?;
-    if let Some(only) = &args.namespace {
-        let theirs = |ns: Option<&String>| ns.is_some_and(|ns| ns != only);
+    if !args.all_namespaces {
+        let theirs = |ns: Option<&String>| ns.is_some_and(|ns| ns != namespace);
         changes
             .image_mappings
             .retain(|m| !theirs(m.metadata.namespace.as_ref()));

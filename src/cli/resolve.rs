@@ -44,9 +44,13 @@ pub struct ResolveArgs {
     )]
     pub images: Vec<String>,
     /// Namespace of --image requests, and of objects in -f that name none (default:
-    /// `default`; with --cluster, the context's). With --cluster: preview only its VMs.
+    /// `default`; with --cluster, the context's). With --cluster: the namespace whose
+    /// ImageMappings and VMs are previewed (ClusterImageMappings are always read).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    /// With --cluster: preview the VMs and ImageMappings of every namespace.
+    #[arg(short = 'A', long, requires = "cluster", conflicts_with = "namespace")]
+    pub all_namespaces: bool,
     /// Preview against the live cluster: read its mappings, VirtualMachines, Namespaces and
     /// local registry through the kubeconfig, lay the -f files over them, and print what
     /// changes for each VM that runs now (images now → after, and what happens to its pod).
