@@ -29,14 +29,14 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         }
     };
     let target = Target {
-        kubeconfig: args.kubeconfig.clone(),
-        context: args.context.clone(),
+        kubeconfig: args.cluster.kubeconfig.clone(),
+        context: args.cluster.context.clone(),
     };
     let read = runtime.block_on(async {
         let (client, context_namespace) = cluster::connect(&target).await?;
         // As kubectl: --namespace, else the context's; every one with --all-namespaces.
         let namespace = args.namespace.clone().unwrap_or(context_namespace);
-        let scope = (!args.all_namespaces).then_some(namespace.as_str());
+        let scope = (!args.cluster.all_namespaces).then_some(namespace.as_str());
         let (live, notes) = cluster::read(&client, scope).await?;
         Ok::<_, String>((live, notes, namespace))
     });
@@ -83,7 +83,7 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let _ = writeln!(err, "error: writing output: {e}");
         return EXIT_USAGE;
     }
-    if result.has_new_problems() || (args.exit_code && result.changes_anything()) {
+    if result.has_new_problems() || (args.cluster.exit_code && result.changes_anything()) {
         EXIT_PROBLEMS
     } else {
         EXIT_OK
@@ -103,7 +103,7 @@ fn changed(live: &Manifests, args: &ResolveArgs, namespace: &str) -> Result<Mani
         skipped: Vec::new(),
     };
     let mut changes = Manifests::load(&args.files, namespace).map_err(|e| e.to_string())?;
-    if !args.all_namespaces {
+    if !args.cluster.all_namespaces {
         let theirs = |ns: Option<&String>| ns.is_some_and(|ns| ns != namespace);
         changes
             .image_mappings
@@ -114,7 +114,7 @@ fn changed(live: &Manifests, args: &ResolveArgs, namespace: &str) -> Result<Mani
     }
     after.overlay(changes);
     let mut removed = Vec::new();
-    for d in &args.delete {
+    for d in &args.cluster.delete {
         removed.extend(deleted(d, namespace)?);
     }
     after.remove(&removed);

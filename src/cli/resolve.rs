@@ -48,27 +48,9 @@ pub struct ResolveArgs {
     /// ImageMappings and VMs are previewed (ClusterImageMappings are always read).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
-    /// With --cluster: preview the VMs and ImageMappings of every namespace.
-    #[arg(short = 'A', long, requires = "cluster", conflicts_with = "namespace")]
-    pub all_namespaces: bool,
-    /// Preview against the live cluster: read its mappings, VirtualMachines, Namespaces and
-    /// local registry through the kubeconfig, lay the -f files over them, and print what
-    /// changes for each VM that runs now (images now → after, and what happens to its pod).
-    #[arg(long)]
-    pub cluster: bool,
-    /// With --cluster: an object the change removes, as KIND/NAME (in --namespace),
-    /// KIND/NAMESPACE/NAME, or a file or folder whose objects are removed. Repeatable.
-    #[arg(long, value_name = "KIND/NAME|FILE", requires = "cluster")]
-    pub delete: Vec<String>,
-    /// With --cluster: exit 1 when the change would change anything (as `kubectl diff`).
-    #[arg(long, requires = "cluster")]
-    pub exit_code: bool,
-    /// With --cluster: the kubeconfig file (default: KUBECONFIG, else ~/.kube/config).
-    #[arg(long, value_name = "FILE", requires = "cluster")]
-    pub kubeconfig: Option<PathBuf>,
-    /// With --cluster: the kubeconfig context (default: its current one).
-    #[arg(long, value_name = "NAME", requires = "cluster")]
-    pub context: Option<String>,
+    /// `--cluster` and the flags that go with it.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The operator's --allowed-registries, for a preview that refuses what it refuses.
     /// Default: rules may point anywhere, and tags are followed anywhere.
     #[arg(long, value_delimiter = ',', value_name = "REGISTRY")]
@@ -90,6 +72,32 @@ pub struct ResolveArgs {
     /// Secret) whose entries --follow-tags asks registries with. Default: anonymously.
     #[arg(long, value_name = "FILE", requires = "follow_tags")]
     pub registry_config: Option<PathBuf>,
+}
+
+/// `imagemap resolve --cluster`: the preview against the live cluster.
+#[derive(Debug, clap::Args)]
+pub struct ClusterArgs {
+    /// Preview against the live cluster: read its mappings, VirtualMachines, Namespaces and
+    /// local registry through the kubeconfig, lay the -f files over them, and print what
+    /// changes for each VM that runs now (images now → after, and what happens to its pod).
+    #[arg(long = "cluster", id = "cluster")]
+    pub enabled: bool,
+    /// With --cluster: an object the change removes, as KIND/NAME (in --namespace),
+    /// KIND/NAMESPACE/NAME, or a file or folder whose objects are removed. Repeatable.
+    #[arg(long, value_name = "KIND/NAME|FILE", requires = "cluster")]
+    pub delete: Vec<String>,
+    /// With --cluster: exit 1 when the change would change anything (as `kubectl diff`).
+    #[arg(long, requires = "cluster")]
+    pub exit_code: bool,
+    /// With --cluster: the kubeconfig file (default: KUBECONFIG, else ~/.kube/config).
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --cluster: the kubeconfig context (default: its current one).
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    pub context: Option<String>,
+    /// With --cluster: preview the VMs and ImageMappings of every namespace.
+    #[arg(short = 'A', long, requires = "cluster", conflicts_with = "namespace")]
+    pub all_namespaces: bool,
 }
 
 /// Exit status: everything resolved.
@@ -117,7 +125,7 @@ impl ResolveArgs {
 
 /// Runs the command, writing the result to `out` and notes to `err`; returns the exit status.
 pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    if args.cluster {
+    if args.cluster.enabled {
         return super::preview::run(args, out, err);
     }
     let namespace = args.namespace.as_deref().unwrap_or("default");
