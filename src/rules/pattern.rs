@@ -41,6 +41,16 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// The registry every reference it matches is at, when the pattern names one.
+    pub fn static_domain(&self) -> Option<&str> {
+        match self {
+            Pattern::Exact(k) | Pattern::Repository(k) | Pattern::Prefix(k) => {
+                Some(crate::reference::domain_of_normalized(k))
+            }
+            Pattern::Wildcard(_) | Pattern::Regex(..) => None,
+        }
+    }
+
     pub fn kind(&self) -> MatchKind {
         match self {
             Pattern::Exact(_) => MatchKind::Exact,

@@ -95,6 +95,11 @@ impl Action {
         self.to.is_none() && self.tag.is_none() && self.digest.is_none()
     }
 
+    /// Whether results keep the matched reference's registry (no `to`).
+    pub fn keeps_registry(&self) -> bool {
+        self.to.is_none()
+    }
+
     /// The registry every result of this rule lands in, when it is known without a reference.
     pub fn static_domain(&self) -> Option<String> {
         match self.to.as_ref()? {

@@ -913,6 +913,8 @@ fn the_local_registry_is_one_registry_by_any_of_its_names() {
                 "k3d-reg:5000/runner:1",
                 Some("localhost:5000/runner:2"),
             ),
+            // No `to`: every image under it is kept there, and followed.
+            follow("prefix", "localhost:5000/followed", None),
         ],
     )];
     let set = RuleSet::compile(&inputs, &k3d_registry());
@@ -947,6 +949,10 @@ fn the_local_registry_is_one_registry_by_any_of_its_names() {
         resolve("localhost:5000/runner:1").unwrap(),
         "k3d-reg:5000/runner:2"
     );
+    assert_eq!(
+        resolve("k3d-reg:5000/followed/app:dev").unwrap(),
+        "k3d-reg:5000/followed/app:dev"
+    );
     // Unmapped references by another name get the runtime's name too.
     assert_eq!(
         resolve("localhost:5000/other:1").unwrap(),
@@ -961,5 +967,5 @@ fn the_local_registry_is_one_registry_by_any_of_its_names() {
             ..CompileOptions::default()
         },
     );
-    assert_eq!(plain.problems().len(), 1, "{:?}", plain.problems());
+    assert_eq!(plain.problems().len(), 2, "{:?}", plain.problems());
 }
