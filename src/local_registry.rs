@@ -26,6 +26,8 @@ pub const KEY_V1: &str = "localRegistryHosting.v1";
 pub const DOCUMENT_LIMIT: usize = 16 << 10;
 /// The longest `help` kept (a URL shown in messages).
 pub const HELP_LIMIT: usize = 256;
+/// The longest name taken (a DNS name is at most 253 characters; a port follows).
+pub const NAME_LIMIT: usize = 259;
 
 /// Where this process reaches the registry from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -97,6 +99,12 @@ impl LocalRegistry {
             else {
                 return Ok(None);
             };
+            if value.len() > NAME_LIMIT {
+                return Err(format!(
+                    "{KEY_V1}: {field} is {} characters; a registry host[:port] is at most {NAME_LIMIT}",
+                    value.len()
+                ));
+            }
             if !reference::is_registry_host(&value)
                 || value == reference::DEFAULT_DOMAIN
                 || value == reference::LEGACY_DEFAULT_DOMAIN
@@ -264,6 +272,12 @@ mod tests {
             LocalRegistry::from_data(&data(&big))
                 .unwrap_err()
                 .contains("at most")
+        );
+        let long_name = format!("host: {}.io:5000\n", "a".repeat(300));
+        assert!(
+            LocalRegistry::from_data(&data(&long_name))
+                .unwrap_err()
+                .contains("at most 259")
         );
         let long_help = format!("host: localhost:5000\nhelp: {}\n", "h".repeat(1000));
         let r = LocalRegistry::from_data(&data(&long_help))

@@ -235,8 +235,10 @@ impl RuleSet {
             // Results at the local registry: rewritten there, or kept there (no `to`).
             let to_local = match action.static_domain() {
                 Some(d) => self.is_local(&d),
-                None => action.keeps_registry()
-                    && pattern.static_domain().is_some_and(|d| self.is_local(d)),
+                None => {
+                    action.keeps_registry()
+                        && pattern.static_domain().is_some_and(|d| self.is_local(d))
+                }
             };
             if action.follows_tag() && self.follow_refused() && !to_local {
                 // Kept: its VMs say why their images do not resolve.
