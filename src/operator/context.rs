@@ -5,17 +5,18 @@ use std::sync::Arc;
 use kube::Client;
 use tokio::sync::Notify;
 
-use super::caches::Caches;
-use super::create_failures::CreateFailures;
-use super::events::EventRecorder;
-use super::followed_tags::FollowedTags;
-use super::health::Health;
-use super::metrics::Metrics;
-use super::pod_expectations::PodExpectations;
-use super::recreation_budget::RecreationBudget;
-use super::rule_index::{RuleChange, RuleIndex};
-use super::status_memory::StatusMemory;
-use super::{Options, Progress};
+use super::mappings::rules_in_force::{RuleChange, RulesInForce};
+use super::observe::health::Health;
+use super::observe::metrics::Metrics;
+use super::observe::progress::Progress;
+use super::options::Options;
+use super::tags::followed_tags::FollowedTags;
+use super::vms::create_failures::CreateFailures;
+use super::vms::events::EventRecorder;
+use super::vms::pod_expectations::PodExpectations;
+use super::vms::recreation_budget::RecreationBudget;
+use super::vms::status_memory::StatusMemory;
+use super::watches::caches::Caches;
 use crate::api_requests::ApiRequests;
 use crate::registry::{CredentialSource, Registries};
 
@@ -26,7 +27,7 @@ pub struct Observers {
     pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
     pub progress: Arc<Progress>,
-    pub running: Arc<super::push_endpoint::Running>,
+    pub running: Arc<super::tags::push_endpoint::Running>,
 }
 
 impl Observers {
@@ -48,7 +49,7 @@ pub struct Context {
     pub options: Options,
     pub recorder: EventRecorder,
     pub caches: Caches,
-    pub rules: RuleIndex,
+    pub rules: RulesInForce,
     pub expectations: Arc<PodExpectations>,
     /// Pod creates the API server refused, and when to try again.
     pub create_failures: CreateFailures,
@@ -93,7 +94,7 @@ impl Context {
             followed: FollowedTags::default(),
             options,
             caches,
-            rules: RuleIndex::default(),
+            rules: RulesInForce::default(),
             expectations: Arc::default(),
             create_failures: CreateFailures::default(),
             status_memory: StatusMemory::default(),

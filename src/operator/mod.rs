@@ -1,48 +1,30 @@
 //! `imagemap run`: the operator. VirtualMachines become runner pods with mapped images;
 //! mapping changes re-reconcile exactly the VMs they affect.
 //!
-//! Every read comes from watch caches (reflectors); every write is a server-side apply
-//! with one field manager, or a pod create/delete ([`writes`]). The tasks:
-//! - the rules watcher ([`rules_watcher`]): mapping and namespace events → recompile →
-//!   affected VMs → the VM controller's queue;
-//! - the pod watcher ([`pod_watcher`]): runner pod events → the owning VM → the queue;
-//! - the VM controller: [`vm_reconciler`] observes, plans ([`crate::vm_plan`]) and applies;
-//! - the mapping status writer ([`mapping_status_writer`]).
+//! This file wires the rooms together; each owns one concern and says what it may call:
+//! - [`watches`]: the watches and the caches they fill — every read comes from them;
+//! - [`mappings`]: the rules in force (mapping, namespace and local registry events →
+//!   recompile → the affected VMs queued) and the mappings' statuses;
+//! - [`vms`]: the VM controller — its queue, the reconcile (observe, plan with
+//!   [`crate::vm_plan`], apply), the pod watcher, and what it remembers per VM;
+//! - [`tags`]: following tags by digest, their registries, credentials and notifications;
+//! - [`observe`]: probes, metrics and progress, which every room reports to;
+//! - [`leader`]: leader election and the fence on the leader's writes.
+//!
+//! Shared by all: [`context`] (the parts the tasks share), [`options`] (the flags), and two
+//! small helpers, [`http_endpoint`] and [`jitter`]. Every write is a server-side apply with
+//! one field manager, a pod create/delete/label patch, an Event or the Lease.
 
-mod cache_events;
-mod cached_pod;
-mod caches;
 mod context;
-mod create_failures;
-mod credentials_watcher;
-mod events;
-mod followed_tags;
-pub mod health;
 mod http_endpoint;
-mod invalid_objects;
 mod jitter;
 mod leader;
-mod local_registry_watcher;
-mod mapping_status_writer;
-pub mod metrics;
+mod mappings;
+mod observe;
 mod options;
-mod pod_expectations;
-mod pod_index;
-mod pod_watcher;
-mod progress;
-mod projection;
-mod push_endpoint;
-mod recreation_budget;
-mod rule_index;
-mod rules_watcher;
-mod status_memory;
-mod tag_follower;
-mod token_file;
-mod trigger;
-mod unreadable_mappings;
-mod vm_reconciler;
-mod watch_backoff;
-mod writes;
+mod tags;
+mod vms;
+mod watches;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -58,26 +40,30 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 
-pub use caches::{Caches, CachesListed, Listed};
 pub use context::{Context, Observers};
 pub use leader::{
-    ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, run_elected, unique_identity,
+    ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, unique_identity,
 };
+pub use observe::progress::Progress;
+pub use observe::{health, metrics};
 pub use options::{DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretName};
-pub use progress::Progress;
-pub use token_file::TokenFile;
-pub use vm_reconciler::ReconcileError;
-pub use writes::FIELD_MANAGER;
+pub use tags::token_file::TokenFile;
+pub use vms::vm_reconciler::ReconcileError;
+pub use vms::writes::FIELD_MANAGER;
+pub use watches::caches::{Caches, CachesListed, Listed};
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::runner_pod::VM_LABEL;
-use cache_events::{CacheEvent, Source};
-use cached_pod::CachedPod;
-use health::Health;
-use invalid_objects::Unreadable;
+use mappings::{local_registry_watcher, mapping_status_writer, rules_watcher};
+use observe::health::Health;
 use rules_watcher::Change;
-use trigger::Trigger;
-use unreadable_mappings::UnreadableMappings;
+use tags::{credentials_watcher, push_endpoint, tag_follower};
+use vms::trigger::Trigger;
+use vms::{pod_watcher, vm_reconciler};
+use watches::cache_events::{self, CacheEvent, Source};
+use watches::cached_pod::CachedPod;
+use watches::invalid_objects::{self, Unreadable};
+use watches::unreadable_mappings::UnreadableMappings;
 
 /// The operator's background tasks: each runs for the operator's whole life, and all end
 /// when the operator future ends or is dropped.
@@ -257,6 +243,22 @@ pub async fn serve_notifications(
         Arc::clone(&endpoint.token),
         Arc::clone(&observers.running),
     )))
+}
+
+/// Runs the operator under leader election: only while this replica holds the Lease of
+/// `election`, with the fenced client, reporting to `observers` (see [`run_with`]).
+pub async fn run_elected(
+    clients: ElectedClients,
+    options: Options,
+    observers: Observers,
+    election: LeaderElection,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let health = Arc::clone(&observers.health);
+    leader::run_elected(clients, health, election, shutdown, |client, stop| {
+        run_with(client, options, observers, stop)
+    })
+    .await
 }
 
 /// Runs the operator, reporting to `observers`, until the VirtualMachine controller stops

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use super::LeaderElection;
 use super::fence::Fence;
 use super::lease_record::{Observed, Step, claimed, next_step, released};
-use crate::operator::health::Health;
 use crate::operator::jitter::jittered;
+use crate::operator::observe::health::Health;
 
 /// How long the release at the end may take.
 const RELEASE_LIMIT: Duration = Duration::from_secs(5);

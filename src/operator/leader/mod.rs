@@ -9,6 +9,7 @@ mod fenced_client;
 mod lease_record;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +20,11 @@ use crate::api_requests::ApiRequests;
 
 pub use fence::{Fence, FenceClosed};
 
-use super::{Observers, Options, run_with};
+use crate::operator::observe::health::Health;
 use elector::Elector;
+
+/// What stops the operator a leader runs: shutdown, or the Lease lost.
+pub type Stop = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 
 /// The timing of an election, as in Kubernetes' own controllers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,23 +100,27 @@ impl ElectedClients {
     }
 }
 
-/// Waits for the Lease, then runs the operator until `shutdown` completes or leadership is
-/// lost; then lets running reconciles finish and releases the Lease. Losing the Lease is
-/// an error, so that the process restarts as a follower.
-pub async fn run_elected(
+/// Waits for the Lease, then runs `operator` — with the fenced client and what stops it —
+/// until `shutdown` completes or leadership is lost; then lets it finish and releases the
+/// Lease. Losing the Lease is an error, so that the process restarts as a follower.
+/// Reports standing by and leading to `health`.
+pub async fn run_elected<Run, Running>(
     clients: ElectedClients,
-    options: Options,
-    observers: Observers,
+    health: Arc<Health>,
     election: LeaderElection,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> anyhow::Result<()> {
+    operator: Run,
+) -> anyhow::Result<()>
+where
+    Run: FnOnce(Client, Stop) -> Running,
+    Running: Future<Output = anyhow::Result<()>>,
+{
     let (lease, identity) = (election.lease_name.clone(), election.identity.clone());
     let (leading_tx, mut leading) = tokio::sync::watch::channel(false);
     let (stop_elector, elector_stopped) = tokio::sync::oneshot::channel::<()>();
     let client = clients.operator;
     // Standing by, a replica is ready while it can take over: it read the Lease within a
     // lease duration.
-    let health = Arc::clone(&observers.health);
     let fresh_for = election.timing.lease_duration;
     health.stand_by(true, fresh_for);
     let elector = Elector::new(
@@ -124,7 +132,7 @@ pub async fn run_elected(
     .run(leading_tx, async move {
         let _ = elector_stopped.await;
     });
-    let operator = async move {
+    let leader = async move {
         tracing::info!(%lease, %identity, "waiting to lead");
         let mut shutdown = Box::pin(shutdown);
         let elected = tokio::select! {
@@ -144,7 +152,7 @@ pub async fn run_elected(
                 _ = watch.wait_for(|l| !*l) => tracing::warn!("lost the Lease; stopping"),
             }
         };
-        let result = run_with(client, options, observers, stop).await;
+        let result = operator(client, Box::pin(stop)).await;
         let lost = !*leading.borrow();
         // The elector closes the fence, then releases the Lease.
         let _ = stop_elector.send(());
@@ -154,7 +162,7 @@ pub async fn run_elected(
         }
         Ok(())
     };
-    let ((), result) = tokio::join!(elector, operator);
+    let ((), result) = tokio::join!(elector, leader);
     result
 }
 

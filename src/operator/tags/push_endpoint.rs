@@ -14,9 +14,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
-use super::Context;
-use super::http_endpoint::text;
-use super::token_file::TokenFile;
+use crate::operator::context::Context;
+use crate::operator::http_endpoint::text;
+use crate::operator::tags::token_file::TokenFile;
 use crate::registry::push::{authorized, pushed_tags};
 
 /// The largest envelope read.
@@ -64,7 +64,7 @@ pub async fn serve(
     token: Arc<TokenFile>,
     running: Arc<Running>,
 ) {
-    super::http_endpoint::serve(listener, "registry notifications", move |req| {
+    crate::operator::http_endpoint::serve(listener, "registry notifications", move |req| {
         let (token, running) = (Arc::clone(&token), Arc::clone(&running));
         async move { handle(req, &token.token(), &running).await }
     })

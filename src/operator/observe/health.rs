@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
 
-use super::metrics::Metrics;
+use crate::operator::observe::metrics::Metrics;
 
 /// A reconcile running longer than this, or work waiting this long without a reconcile
 /// starting, means the VM controller is wedged: the operator is not live.
@@ -244,14 +244,17 @@ impl Health {
 
 fn respond(result: Result<(), String>) -> Response<Full<Bytes>> {
     match result {
-        Ok(()) => super::http_endpoint::text(StatusCode::OK, "ok\n"),
-        Err(why) => super::http_endpoint::text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        Ok(()) => crate::operator::http_endpoint::text(StatusCode::OK, "ok\n"),
+        Err(why) => crate::operator::http_endpoint::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{why}\n"),
+        ),
     }
 }
 
 /// Serves the probes and the metrics on `listener` until the future is dropped.
 pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>, metrics: Arc<Metrics>) {
-    super::http_endpoint::serve(listener, "/livez, /readyz and /metrics", move |req| {
+    crate::operator::http_endpoint::serve(listener, "/livez, /readyz and /metrics", move |req| {
         let response = match req.uri().path() {
             "/livez" | "/healthz" => respond(health.live()),
             "/readyz" => respond(health.ready()),
@@ -265,7 +268,7 @@ pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>, metri
                 );
                 r
             }
-            _ => super::http_endpoint::text(StatusCode::NOT_FOUND, "not found\n"),
+            _ => crate::operator::http_endpoint::text(StatusCode::NOT_FOUND, "not found\n"),
         };
         std::future::ready(response)
     })

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 
-use super::cache_events::CacheEvent;
-use super::cached_pod::CachedPod;
-use super::pod_expectations::PodExpectations;
-use super::pod_index::PodIndex;
-use super::trigger::Trigger;
-use super::writes::{Written, relabel_pod};
 use crate::api::{GROUP, VirtualMachine};
+use crate::operator::vms::pod_expectations::PodExpectations;
+use crate::operator::vms::trigger::Trigger;
+use crate::operator::vms::writes::{Written, relabel_pod};
+use crate::operator::watches::cache_events::CacheEvent;
+use crate::operator::watches::cached_pod::CachedPod;
+use crate::operator::watches::pod_index::PodIndex;
 
 /// The VM whose controller owner reference `pod` carries.
 #[must_use]

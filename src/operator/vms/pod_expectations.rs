@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use super::cache_events::ListScope;
 use crate::api::VirtualMachine;
+use crate::operator::watches::cache_events::ListScope;
 
 #[derive(Debug)]
 struct Expected {

@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 
-use super::rules_watcher::Change;
-use super::watch_backoff::WatchBackoff;
 use crate::excerpt::excerpt;
 use crate::local_registry::{self, LocalRegistry};
+use crate::operator::mappings::rules_watcher::Change;
+use crate::operator::watches::watch_backoff::WatchBackoff;
 
 /// One observation of the ConfigMap.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::error_boundary::InvalidObject;
 
-use super::Context;
+use crate::operator::context::Context;
 
 /// Event reason of an object the operator cannot read.
 pub const INVALID_OBJECT: &str = "InvalidObject";

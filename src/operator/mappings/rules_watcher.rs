@@ -12,11 +12,11 @@ use kube::runtime::reflector::ObjectRef;
 
 use k8s_openapi::api::core::v1::Namespace;
 
-use super::Context;
-use super::cache_events::CacheEvent;
-use super::local_registry_watcher::Observed;
-use super::trigger::Trigger;
-use super::unreadable_mappings::Held;
+use crate::operator::context::Context;
+use crate::operator::mappings::local_registry_watcher::Observed;
+use crate::operator::vms::trigger::Trigger;
+use crate::operator::watches::cache_events::CacheEvent;
+use crate::operator::watches::unreadable_mappings::Held;
 use crate::{local_registry, rule_change};
 
 /// The reason of the Warning Event on a local registry ConfigMap that cannot be used.

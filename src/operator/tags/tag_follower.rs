@@ -22,11 +22,11 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::Context;
-use super::Options;
-use super::followed_tags::{Followed, FollowedBy};
-use super::jitter::jittered;
-use super::trigger::Trigger;
+use crate::operator::context::Context;
+use crate::operator::jitter::jittered;
+use crate::operator::options::Options;
+use crate::operator::tags::followed_tags::{Followed, FollowedBy};
+use crate::operator::vms::trigger::Trigger;
 use crate::reference::domain_of_normalized;
 use crate::registry::{Cause, Credentials, RegistryError};
 

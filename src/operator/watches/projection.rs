@@ -5,8 +5,8 @@
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::cached_pod::CachedPod;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::operator::watches::cached_pod::CachedPod;
 
 /// What a cache keeps of an object of a kind.
 pub trait Projection {

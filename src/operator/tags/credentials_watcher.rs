@@ -12,9 +12,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 
-use super::Context;
-use super::SecretName;
-use super::watch_backoff::WatchBackoff;
+use crate::operator::context::Context;
+use crate::operator::options::SecretName;
+use crate::operator::watches::watch_backoff::WatchBackoff;
 use crate::registry::{CredentialSource, RegistryCredentials};
 
 /// The reason of the Warning Event on a Secret that cannot be (fully) used.

@@ -16,12 +16,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::cached_pod::CachedPod;
-use super::caches::Listed;
-use super::health::Health;
-use super::projection::Projection;
-use super::watch_backoff::WatchBackoff;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::operator::observe::health::Health;
+use crate::operator::watches::cached_pod::CachedPod;
+use crate::operator::watches::caches::Listed;
+use crate::operator::watches::projection::Projection;
+use crate::operator::watches::watch_backoff::WatchBackoff;
 
 /// What one list covers: a namespace (for a cluster-scoped kind, the object of that
 /// name), or everything (`None`).

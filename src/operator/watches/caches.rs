@@ -9,10 +9,10 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
-use super::Options;
-use super::cached_pod::CachedPod;
-use super::pod_index::PodIndex;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::operator::options::Options;
+use crate::operator::watches::cached_pod::CachedPod;
+use crate::operator::watches::pod_index::PodIndex;
 use crate::rules::{MappingInput, Scope};
 use crate::runner_pod::VM_LABEL;
 use crate::vm_images::{self, VmView};
@@ -65,7 +65,7 @@ pub struct Caches {
     pub namespaces: Store<Namespace>,
     pub listed: CachesListed,
     /// Mappings whose rules are unknown: the VMs they could map change no pod.
-    pub unreadable_mappings: Arc<super::unreadable_mappings::UnreadableMappings>,
+    pub unreadable_mappings: Arc<crate::operator::watches::unreadable_mappings::UnreadableMappings>,
 }
 
 impl Caches {
@@ -206,7 +206,7 @@ impl VmsInScope {
 
 #[cfg(test)]
 mod tests {
-    use super::Listed;
+    use crate::operator::watches::caches::Listed;
 
     #[tokio::test]
     async fn every_waiter_wakes_when_a_cache_has_listed() {

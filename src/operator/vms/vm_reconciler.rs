@@ -9,13 +9,13 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use super::Context;
-use super::followed_tags::{Followed, Lookup};
-use super::writes::{
-    PodDeletion, Written, apply_status, create_pod, delete_pod, name_of, relabel_pod,
-};
 use crate::api::VirtualMachine;
 use crate::conditions;
+use crate::operator::context::Context;
+use crate::operator::tags::followed_tags::{Followed, Lookup};
+use crate::operator::vms::writes::{
+    PodDeletion, Written, apply_status, create_pod, delete_pod, name_of, relabel_pod,
+};
 use crate::rules::Mode;
 use crate::vm_images;
 use crate::vm_plan::{self, Observation, Plan, PodAction};

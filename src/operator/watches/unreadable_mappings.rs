@@ -11,8 +11,8 @@ use kube::Resource;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::cache_events::{CacheEvent, ListScope};
 use crate::excerpt::excerpt;
+use crate::operator::watches::cache_events::{CacheEvent, ListScope};
 
 /// A mapping: its kind, namespace (none for a ClusterImageMapping) and name.
 type Key = (&'static str, Option<String>, String);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kube::runtime::utils::Backoff;
 
-use super::jitter::jittered;
+use crate::operator::jitter::jittered;
 
 const FIRST: Duration = Duration::from_millis(500);
 const CEILING: Duration = Duration::from_secs(5);

@@ -6,7 +6,7 @@ use crate::rules::{CompileOptions, MappingInput, RuleSet};
 
 /// The rules in force. Readers get the whole rule set of one compilation.
 #[derive(Debug, Default)]
-pub struct RuleIndex {
+pub struct RulesInForce {
     current: RwLock<Arc<RuleSet>>,
 }
 
@@ -17,7 +17,7 @@ pub struct RuleChange {
     pub new: Arc<RuleSet>,
 }
 
-impl RuleIndex {
+impl RulesInForce {
     /// The rules in force.
     pub fn current(&self) -> Arc<RuleSet> {
         // The lock only guards a pointer swap: a writer that panicked left a whole rule set.
@@ -41,7 +41,7 @@ mod tests {
 
     #[test]
     fn recompiling_swaps_the_rules_and_returns_both() {
-        let index = RuleIndex::default();
+        let index = RulesInForce::default();
         assert!(index.current().is_empty());
         let inputs = [repository_mapping("m", "disk", "x.io/disk", false)];
         let change = index.recompile(&inputs, &CompileOptions::default());
@@ -52,7 +52,7 @@ mod tests {
 
     #[test]
     fn a_poisoned_lock_keeps_the_rules() {
-        let index = Arc::new(RuleIndex::default());
+        let index = Arc::new(RulesInForce::default());
         let inputs = [repository_mapping("m", "disk", "x.io/disk", false)];
         index.recompile(&inputs, &CompileOptions::default());
         let poisoner = Arc::clone(&index);

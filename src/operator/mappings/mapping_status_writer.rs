@@ -10,11 +10,11 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
-use super::Context;
-use super::writes::{Written, apply_status};
 use crate::api::{ClusterImageMapping, ImageMapping};
 use crate::conditions;
 use crate::mapping_status::{self, MappingView, vm_key};
+use crate::operator::context::Context;
+use crate::operator::vms::writes::{Written, apply_status};
 use crate::rules::{Mode, Scope};
 use crate::vm_images::{Resolutions, VmView};
 use crate::vm_plan;
