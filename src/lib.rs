@@ -14,6 +14,7 @@ mod fixtures;
 pub mod local_registry;
 pub mod manifests;
 pub mod mapping_status;
+pub mod namespaced_name;
 pub mod operator;
 pub mod preview;
 pub mod reference;

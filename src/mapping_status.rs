@@ -7,21 +7,14 @@ use std::fmt::Write as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use crate::api::{
-    ClusterImageMapping, FollowedTag, ImageMapping, ImageMappingStatus, RuleStatus, VirtualMachine,
-};
+use crate::api::{ClusterImageMapping, FollowedTag, ImageMapping, ImageMappingStatus, RuleStatus};
 use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
 use crate::excerpt::cut_bytes;
+use crate::namespaced_name::NamespacedName;
 use crate::rules::{
     MappingKey, Mode, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
 };
 use crate::vm_images::{Resolutions, VmView};
-
-/// `namespace/name` of a VM.
-#[must_use]
-pub fn vm_key(vm: &VirtualMachine) -> String {
-    format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
-}
 
 /// What a mapping's status is computed from.
 pub struct MappingView<'a> {
@@ -72,13 +65,13 @@ pub struct MappingStatuses {
 }
 
 /// A tie between two rules seen on a VM: the first VM and slot (in name order) it was seen on.
-type Ties = BTreeMap<(RuleRef, RuleRef), (String, String)>;
+type Ties = BTreeMap<(RuleRef, RuleRef), (NamespacedName, String)>;
 
 /// What the VMs show about each mapping: VMs per rule, VMs awaiting a restart, ties.
 #[derive(Default)]
 struct VmTally {
-    affected: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<String>>>,
-    awaiting: BTreeMap<MappingKey, BTreeSet<String>>,
+    affected: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<NamespacedName>>>,
+    awaiting: BTreeMap<MappingKey, BTreeSet<NamespacedName>>,
     /// The references each rule's results follow by tag.
     followed: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<String>>>,
     /// `(winner, loser)` pairs.
@@ -92,7 +85,7 @@ impl VmTally {
     fn count<'a>(
         set: &'a RuleSet,
         vms: &[VmView<'a>],
-        awaiting_restart: &BTreeSet<String>,
+        awaiting_restart: &BTreeSet<NamespacedName>,
         default_runner_image: &'a str,
         dry_runs: &BTreeSet<&MappingKey>,
     ) -> VmTally {
@@ -128,12 +121,12 @@ impl VmTally {
         default_runner_image: &'a str,
         mode: Mode,
         counts: impl Fn(&RuleRef) -> bool,
-        awaiting_restart: &BTreeSet<String>,
+        awaiting_restart: &BTreeSet<NamespacedName>,
     ) {
         let mut resolutions = Resolutions::new(set, default_runner_image, mode);
         for v in vms {
             let res = resolutions.of(*v);
-            let name = vm_key(v.vm);
+            let name = NamespacedName::of(v.vm);
             let awaiting = awaiting_restart.contains(&name);
             for slot in &res.slots {
                 let Some(rule) = slot.rule.as_ref().filter(|r| counts(r)) else {
@@ -195,7 +188,7 @@ fn problems_by_mapping(preview: &RuleSet, ties: Ties) -> BTreeMap<MappingKey, Ve
                     detail: ProblemDetail::TiedOnVm {
                         other: other.clone(),
                         this_wins,
-                        vm: vm.clone(),
+                        vm: Box::new(vm.clone()),
                         slot: slot.clone(),
                     },
                 });
@@ -253,7 +246,7 @@ pub fn mapping_statuses<'a>(
     preview: &'a RuleSet,
     mappings: &[MappingView<'_>],
     vms: &[VmView<'a>],
-    awaiting_restart: &BTreeSet<String>,
+    awaiting_restart: &BTreeSet<NamespacedName>,
     default_runner_image: &'a str,
     digest_of: &dyn Fn(&MappingKey, &str) -> Option<String>,
     now: &Time,
@@ -276,7 +269,7 @@ pub fn mapping_statuses<'a>(
         let per_rule = tally.affected.remove(&m.key).unwrap_or_default();
         let followed = tally.followed.remove(&m.key).unwrap_or_default();
         let own = problems.remove(&m.key).unwrap_or_default();
-        let all_vms: BTreeSet<&String> = per_rule.values().flatten().collect();
+        let all_vms: BTreeSet<&NamespacedName> = per_rule.values().flatten().collect();
         let rules: Vec<RuleStatus> = (0..m.rule_count)
             .map(|i| RuleStatus {
                 index: i32::try_from(i).unwrap_or(i32::MAX),
@@ -340,7 +333,11 @@ pub fn mapping_statuses<'a>(
                 rules,
                 awaiting_restart_count: Some(i32::try_from(awaiting.len()).unwrap_or(i32::MAX))
                     .filter(|&n| n > 0),
-                awaiting_restart: awaiting.into_iter().take(LISTED_AWAITING).collect(),
+                awaiting_restart: awaiting
+                    .into_iter()
+                    .take(LISTED_AWAITING)
+                    .map(|vm| vm.to_string())
+                    .collect(),
             },
         );
     }
@@ -348,279 +345,4 @@ pub fn mapping_statuses<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fixtures::{mapping_key as key, repository_mapping as mapping, vm_with_disk as vm};
-    use crate::rules::CompileOptions;
-    use k8s_openapi::jiff::Timestamp;
-
-    #[test]
-    fn a_dry_run_that_would_outrank_a_live_mapping_leaves_the_live_count_alone() {
-        let labels = BTreeMap::new();
-        let mut preview = mapping("preview", "disk-a", "z.io/a", true);
-        preview.priority = 10;
-        let inputs = [mapping("live", "disk-a", "x.io/a", false), preview];
-        let set = RuleSet::compile(&inputs, &CompileOptions::default());
-        let a = vm("a", "disk-a:1");
-        let views = [VmView {
-            vm: &a,
-            namespace_labels: &labels,
-        }];
-        let mappings: Vec<MappingView> = ["live", "preview"]
-            .into_iter()
-            .map(|n| MappingView {
-                key: key(n),
-                generation: Some(1),
-                rule_count: 1,
-                dry_run: n == "preview",
-                previous: None,
-            })
-            .collect();
-        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
-        let out = mapping_statuses(
-            &set,
-            &mappings,
-            &views,
-            &BTreeSet::new(),
-            "runner:1",
-            &|_, _| None,
-            &now,
-        )
-        .statuses;
-        // The live mapping decides the VM's image; the dry run would.
-        assert_eq!(out[&key("live")].affected_vms, Some(1));
-        assert_eq!(out[&key("live")].rules[0].affected_vms, 1);
-        assert_eq!(out[&key("preview")].affected_vms, Some(1));
-    }
-
-    #[test]
-    fn statuses_count_vms_and_report_conflicts_and_dry_runs() {
-        let labels = BTreeMap::new();
-        let inputs = [
-            mapping("alpha", "disk-a", "x.io/a", false),
-            mapping("beta", "disk-a", "y.io/a", false),
-            mapping("preview", "disk-b", "z.io/b", true),
-        ];
-        let set = RuleSet::compile(&inputs, &CompileOptions::default());
-        let (a, b) = (vm("a", "disk-a:1"), vm("b", "disk-b:1"));
-        let views = [&a, &b].map(|vm| VmView {
-            vm,
-            namespace_labels: &labels,
-        });
-        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
-        let mappings: Vec<MappingView> = ["alpha", "beta", "preview"]
-            .into_iter()
-            .map(|n| MappingView {
-                key: key(n),
-                generation: Some(2),
-                rule_count: 1,
-                dry_run: n == "preview",
-                previous: None,
-            })
-            .collect();
-        let out = mapping_statuses(
-            &set,
-            &mappings,
-            &views,
-            &BTreeSet::new(),
-            "runner",
-            &|_, _| None,
-            &now,
-        )
-        .statuses;
-        let alpha = &out[&key("alpha")];
-        assert_eq!(alpha.affected_vms, Some(1));
-        assert_eq!(alpha.conditions[0].status, "False");
-        assert_eq!(alpha.conditions[0].reason, "Conflict");
-        assert!(
-            alpha.conditions[0]
-                .message
-                .contains("rule 0 conflicts with ImageMapping dev/beta rule 0"),
-            "{}",
-            alpha.conditions[0].message
-        );
-        // kstatus: stalled until the rules change.
-        let stalled = &alpha.conditions[1];
-        assert_eq!(
-            (
-                stalled.type_.as_str(),
-                stalled.status.as_str(),
-                stalled.reason.as_str()
-            ),
-            ("Stalled", "True", "Conflict")
-        );
-        let beta = &out[&key("beta")];
-        assert_eq!(beta.conditions[0].reason, "Conflict");
-        assert_eq!(beta.affected_vms, Some(0));
-        let preview = &out[&key("preview")];
-        assert_eq!(preview.conditions[0].reason, "DryRun");
-        assert_eq!(preview.conditions.len(), 1, "a dry run is not stalled");
-        assert_eq!(preview.affected_vms, Some(1));
-        assert_eq!(preview.rules[0].affected_vms, 1);
-        assert_eq!(preview.observed_generation, Some(2));
-    }
-
-    #[test]
-    fn a_conflict_is_reported_once_per_rule() {
-        let labels = BTreeMap::new();
-        // Two rules with the same match in one mapping: a static conflict, which a VM then
-        // also hits.
-        let mut twice = mapping("twice", "disk-a", "x.io/a", false);
-        let mut second = twice.rules[0].clone();
-        second.to = Some("y.io/a".into());
-        twice.rules.push(second);
-        let set = RuleSet::compile(&[twice], &CompileOptions::default());
-        let a = vm("a", "disk-a:1");
-        let views = [VmView {
-            vm: &a,
-            namespace_labels: &labels,
-        }];
-        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
-        let mappings = [MappingView {
-            key: key("twice"),
-            generation: Some(1),
-            rule_count: 2,
-            dry_run: false,
-            previous: None,
-        }];
-        let out = mapping_statuses(
-            &set,
-            &mappings,
-            &views,
-            &BTreeSet::new(),
-            "runner",
-            &|_, _| None,
-            &now,
-        );
-        let status = &out.statuses[&key("twice")];
-        let message = &status.conditions[0].message;
-        assert_eq!(
-            message,
-            "rule 0 conflicts with ImageMapping dev/twice rule 1: same match and priority, different result; \
-             rule 1 conflicts with ImageMapping dev/twice rule 0: same match and priority, different result"
-        );
-        assert_eq!(out.rules_in_conflict, 2);
-        assert_eq!(
-            status.rules[1].problem.as_deref(),
-            Some(
-                "rule 1 conflicts with ImageMapping dev/twice rule 0: same match and priority, different result"
-            )
-        );
-    }
-
-    #[test]
-    fn ties_seen_on_vms_name_the_first_vm_and_vms_awaiting_restart_are_listed() {
-        let labels = BTreeMap::new();
-        // Different selectors: no static conflict, but both select the VMs.
-        let mut alpha = mapping("alpha", "disk-a", "x.io/a", false);
-        let mut beta = mapping("beta", "disk-a", "y.io/a", false);
-        alpha.selector = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                match_labels: Some([("app".to_string(), "db".to_string())].into()),
-                ..Default::default()
-            },
-        );
-        beta.selector = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                match_expressions: Some(vec![
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                        key: "app".into(),
-                        operator: "Exists".into(),
-                        values: None,
-                    },
-                ]),
-                ..Default::default()
-            },
-        );
-        let set = RuleSet::compile(&[alpha, beta], &CompileOptions::default());
-        assert!(set.problems().is_empty());
-        let vms: Vec<VirtualMachine> = ["b", "a"]
-            .into_iter()
-            .map(|n| {
-                let mut v = vm(n, "disk-a:1");
-                v.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
-                v
-            })
-            .collect();
-        let views: Vec<VmView> = vms
-            .iter()
-            .map(|vm| VmView {
-                vm,
-                namespace_labels: &labels,
-            })
-            .collect();
-        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
-        let mappings: Vec<MappingView> = ["alpha", "beta"]
-            .into_iter()
-            .map(|n| MappingView {
-                key: key(n),
-                generation: Some(1),
-                rule_count: 1,
-                dry_run: false,
-                previous: None,
-            })
-            .collect();
-        let awaiting = BTreeSet::from(["dev/b".to_string()]);
-        let out = mapping_statuses(
-            &set,
-            &mappings,
-            &views,
-            &awaiting,
-            "runner",
-            &|_, _| None,
-            &now,
-        );
-        let alpha = &out.statuses[&key("alpha")];
-        assert_eq!(
-            alpha.conditions[0].message,
-            "rule 0 conflicts with ImageMapping dev/beta rule 0 for rootDisk of VirtualMachine dev/a"
-        );
-        assert_eq!(alpha.awaiting_restart, ["dev/b"]);
-        assert_eq!(
-            out.statuses[&key("beta")].conditions[0].message,
-            "rule 0 conflicts with ImageMapping dev/alpha rule 0 for rootDisk of VirtualMachine dev/a (that rule wins)"
-        );
-    }
-
-    #[test]
-    fn the_list_of_vms_awaiting_a_restart_is_capped_and_counted() {
-        let labels = BTreeMap::new();
-        let set = RuleSet::compile(
-            &[mapping("m", "disk-a", "x.io/a", false)],
-            &CompileOptions::default(),
-        );
-        let vms: Vec<VirtualMachine> = (0..250)
-            .map(|i| vm(&format!("vm-{i:03}"), "disk-a:1"))
-            .collect();
-        let views: Vec<VmView> = vms
-            .iter()
-            .map(|vm| VmView {
-                vm,
-                namespace_labels: &labels,
-            })
-            .collect();
-        let awaiting: BTreeSet<String> = (0..250).map(|i| format!("dev/vm-{i:03}")).collect();
-        let mappings = [MappingView {
-            key: key("m"),
-            generation: Some(1),
-            rule_count: 1,
-            dry_run: false,
-            previous: None,
-        }];
-        let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
-        let out = mapping_statuses(
-            &set,
-            &mappings,
-            &views,
-            &awaiting,
-            "runner",
-            &|_, _| None,
-            &now,
-        );
-        let status = &out.statuses[&key("m")];
-        assert_eq!(status.awaiting_restart.len(), LISTED_AWAITING);
-        assert_eq!(status.awaiting_restart[0], "dev/vm-000");
-        assert_eq!(status.awaiting_restart_count, Some(250));
-        assert_eq!(status.affected_vms, Some(250));
-    }
-}
+mod tests;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use kube::Client;
+use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
 use super::mappings::rules_in_force::{RuleChange, RulesInForce};
@@ -11,12 +12,11 @@ use super::observe::metrics::Metrics;
 use super::observe::progress::Progress;
 use super::options::Options;
 use super::tags::followed_tags::FollowedTags;
-use super::vms::create_failures::CreateFailures;
 use super::vms::events::EventRecorder;
-use super::vms::pod_expectations::PodExpectations;
 use super::vms::recreation_budget::RecreationBudget;
-use super::vms::status_memory::StatusMemory;
+use super::vms::vm_memory::VmMemory;
 use super::watches::caches::Caches;
+use crate::api::VirtualMachine;
 use crate::api_requests::ApiRequests;
 use crate::registry::{CredentialSource, Registries};
 
@@ -50,12 +50,9 @@ pub struct Context {
     pub recorder: EventRecorder,
     pub caches: Caches,
     pub rules: RulesInForce,
-    pub expectations: Arc<PodExpectations>,
-    /// Pod creates the API server refused, and when to try again.
-    pub create_failures: CreateFailures,
+    /// What the VM controller remembers of each VM between reconciles.
+    pub memory: VmMemory,
     pub budget: RecreationBudget,
-    /// VM statuses written but not yet in the cache.
-    pub status_memory: StatusMemory,
     pub observers: Observers,
     /// Woken when mapping statuses may need an update.
     pub mapping_status_due: Notify,
@@ -95,13 +92,19 @@ impl Context {
             options,
             caches,
             rules: RulesInForce::default(),
-            expectations: Arc::default(),
-            create_failures: CreateFailures::default(),
-            status_memory: StatusMemory::default(),
+            memory: VmMemory::default(),
             observers,
             mapping_status_due: Notify::new(),
         };
         Ok((ctx, event_sender))
+    }
+
+    /// `vm` was deleted: everything the operator's rooms kept about it goes.
+    pub fn vm_deleted(&self, vm: &ObjectRef<VirtualMachine>) {
+        self.memory.forget(vm);
+        self.followed.forget(vm);
+        self.caches.pod_index.forget(vm);
+        self.observers.progress.forget_vm(&vm.into());
     }
 
     /// Compiles the cached mappings and puts them in force.

@@ -53,6 +53,7 @@ pub use vms::writes::FIELD_MANAGER;
 pub use watches::caches::{Caches, CachesListed, Listed};
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::namespaced_name::NamespacedName;
 use crate::runner_pod::VM_LABEL;
 use mappings::{local_registry_watcher, mapping_status_writer, rules_watcher};
 use observe::health::Health;
@@ -108,6 +109,8 @@ struct Watches {
     vms: BoxStream<'static, Result<VirtualMachine, watcher::Error>>,
     /// Objects the operator cannot read, for the reporter.
     unreadable: UnboundedReceiver<Unreadable>,
+    /// VirtualMachines deleted (or found gone by a re-list), for whoever remembers them.
+    vms_deleted: UnboundedReceiver<ObjectRef<VirtualMachine>>,
 }
 
 /// Sends the unreadable objects among a cache's events to the reporter.
@@ -190,11 +193,17 @@ impl Watches {
         ])
         .boxed();
         let vm_health = Arc::clone(health);
+        let (deleted_tx, vms_deleted) = futures::channel::mpsc::unbounded();
         let vm_events = vm_events
             .inspect(report_unreadable(&unreadable_tx))
-            .filter_map(|e| {
+            .filter_map(move |e| {
                 ready(match e {
                     CacheEvent::Applied(vm) => Some(Ok(vm)),
+                    CacheEvent::Deleted(vm) => {
+                        // Closed only when the operator stops.
+                        let _ = deleted_tx.unbounded_send(ObjectRef::from_obj(&vm));
+                        None
+                    }
                     _ => None,
                 })
             })
@@ -215,6 +224,7 @@ impl Watches {
             pods: pod_events.boxed(),
             vms: vm_events,
             unreadable,
+            vms_deleted,
         }
     }
 }
@@ -307,7 +317,7 @@ pub async fn run_with(
             watches.pods,
             ctx.client.clone(),
             Arc::clone(&ctx.caches.pod_index),
-            Arc::clone(&ctx.expectations),
+            Arc::clone(&ctx.memory.expectations),
             trigger,
         ),
     );
@@ -318,6 +328,15 @@ pub async fn run_with(
     tasks.spawn(
         "mapping status writer",
         mapping_status_writer::run(Arc::clone(&ctx)),
+    );
+    // What the rooms remember of a VM goes with it.
+    let forgetting = Arc::clone(&ctx);
+    tasks.spawn(
+        "deleted VM forgetter",
+        watches.vms_deleted.for_each(move |vm| {
+            forgetting.vm_deleted(&vm);
+            ready(())
+        }),
     );
 
     // Reconciling before the rules are compiled would give VMs pods with unmapped images;
@@ -347,7 +366,7 @@ pub async fn run_with(
         .for_each(|res| {
             health.progressed();
             let vm = match &res {
-                Ok((vm, _)) => Some(vm_key(vm)),
+                Ok((vm, _)) => Some(NamespacedName::from(vm)),
                 Err(e) => {
                     tracing::debug!(error = %crate::excerpt::excerpt(&e.to_string()), "reconcile");
                     None
@@ -362,12 +381,4 @@ pub async fn run_with(
     };
     synced.abort();
     result
-}
-
-fn vm_key(vm: &ObjectRef<VirtualMachine>) -> String {
-    format!(
-        "{}/{}",
-        vm.namespace.as_deref().unwrap_or_default(),
-        vm.name
-    )
 }

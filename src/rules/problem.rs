@@ -50,7 +50,7 @@ pub enum ProblemDetail {
         /// Whether this rule is the one used.
         this_wins: bool,
         /// `namespace/name` of the first VM (in name order) where the tie was seen.
-        vm: String,
+        vm: Box<crate::namespaced_name::NamespacedName>,
         slot: String,
     },
 }

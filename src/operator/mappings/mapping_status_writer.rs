@@ -8,11 +8,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::ObjectRef;
 
 use crate::api::{ClusterImageMapping, ImageMapping};
 use crate::conditions;
-use crate::mapping_status::{self, MappingView, vm_key};
+use crate::mapping_status::{self, MappingView};
+use crate::namespaced_name::NamespacedName;
 use crate::operator::context::Context;
 use crate::operator::vms::writes::{Written, apply_status};
 use crate::rules::{Mode, Scope};
@@ -35,21 +35,6 @@ pub async fn run(ctx: Arc<Context>) {
         tokio::time::sleep(COALESCE).await;
         let covered = progress.status_pass_start();
         let failed = write_statuses(&ctx).await;
-        progress.retain_vms(|vm| {
-            let (ns, name) = vm.split_once('/').unwrap_or_default();
-            ctx.caches
-                .vms
-                .get(&ObjectRef::new(name).within(ns))
-                .is_some()
-        });
-        ctx.status_memory
-            .retain(|vm| ctx.caches.vms.get(vm).is_some());
-        ctx.create_failures
-            .retain(|vm| ctx.caches.vms.get(vm).is_some());
-        ctx.followed.retain(|vm| ctx.caches.vms.get(vm).is_some());
-        ctx.caches
-            .pod_index
-            .retain(|vm| ctx.caches.vms.get(vm).is_some());
         progress.status_pass_done(covered);
         if failed > 0 {
             ctx.mapping_status_due.notify_one();
@@ -59,7 +44,7 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 /// `namespace/name` of the VMs in scope whose pod waits for a restart.
-fn awaiting_restart(ctx: &Context, vms: &[VmView<'_>]) -> BTreeSet<String> {
+fn awaiting_restart(ctx: &Context, vms: &[VmView<'_>]) -> BTreeSet<NamespacedName> {
     let rules = ctx.rules.current();
     let now = conditions::now();
     let mut live = Resolutions::new(&rules, &ctx.options.default_runner_image, Mode::Live);
@@ -70,7 +55,7 @@ fn awaiting_restart(ctx: &Context, vms: &[VmView<'_>]) -> BTreeSet<String> {
             let pods: Vec<&Pod> = pods.iter().collect();
             vm_plan::awaits_restart(v.vm, &pods, live.of(**v), &now)
         })
-        .map(|v| vm_key(v.vm))
+        .map(|v| NamespacedName::of(v.vm))
         .collect()
 }
 

@@ -5,11 +5,13 @@ use std::collections::BTreeSet;
 
 use tokio::sync::watch;
 
+use crate::namespaced_name::NamespacedName;
+
 /// How much work the operator has finished.
 #[derive(Debug)]
 pub struct Progress {
     reconciles: watch::Sender<u64>,
-    reconciled_vms: watch::Sender<BTreeSet<String>>,
+    reconciled_vms: watch::Sender<BTreeSet<NamespacedName>>,
     status_covers: watch::Sender<u64>,
 }
 
@@ -32,7 +34,7 @@ impl Progress {
 
     /// `namespace/name` of every existing VirtualMachine reconciled at least once.
     #[must_use]
-    pub fn reconciled_vms(&self) -> watch::Receiver<BTreeSet<String>> {
+    pub fn reconciled_vms(&self) -> watch::Receiver<BTreeSet<NamespacedName>> {
         self.reconciled_vms.subscribe()
     }
 
@@ -43,20 +45,16 @@ impl Progress {
         self.status_covers.subscribe()
     }
 
-    pub(crate) fn reconciled(&self, vm: Option<String>) {
+    pub(crate) fn reconciled(&self, vm: Option<NamespacedName>) {
         self.reconciles.send_modify(|n| *n += 1);
         if let Some(vm) = vm {
             self.reconciled_vms.send_if_modified(|set| set.insert(vm));
         }
     }
 
-    /// Forgets the VMs that no longer exist, so the set stays as large as the cluster's.
-    pub(crate) fn retain_vms(&self, exists: impl Fn(&str) -> bool) {
-        self.reconciled_vms.send_if_modified(|set| {
-            let before = set.len();
-            set.retain(|vm| exists(vm));
-            set.len() != before
-        });
+    /// Forgets a VM that no longer exists, so the set stays as large as the cluster's.
+    pub(crate) fn forget_vm(&self, vm: &NamespacedName) {
+        self.reconciled_vms.send_if_modified(|set| set.remove(vm));
     }
 
     /// The reconcile count a status pass starts from.
@@ -76,14 +74,18 @@ mod tests {
     #[test]
     fn reconciled_vms_shrink_with_the_cluster() {
         let p = Progress::default();
-        p.reconciled(Some("dev/a".into()));
-        p.reconciled(Some("dev/b".into()));
+        let vm = |name: &str| NamespacedName {
+            namespace: "dev".into(),
+            name: name.into(),
+        };
+        p.reconciled(Some(vm("a")));
+        p.reconciled(Some(vm("b")));
         p.reconciled(None);
         assert_eq!(*p.reconciles().borrow(), 3);
-        p.retain_vms(|vm| vm == "dev/b");
+        p.forget_vm(&vm("a"));
         assert_eq!(
             p.reconciled_vms().borrow().iter().collect::<Vec<_>>(),
-            ["dev/b"]
+            [&vm("b")]
         );
     }
 }

@@ -192,19 +192,11 @@ impl FollowedTags {
         lookups
     }
 
-    /// Forgets the VMs for which `exists` is false.
-    pub fn retain(&self, exists: impl Fn(&ObjectRef<VirtualMachine>) -> bool) {
+    /// Forgets `vm` (deleted): the tags it followed that no other VM follows go.
+    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
         let mut inner = self.lock();
-        let gone: Vec<_> = inner
-            .by_vm
-            .keys()
-            .filter(|vm| !exists(vm))
-            .cloned()
-            .collect();
-        for vm in gone {
-            for r in inner.by_vm.remove(&vm).unwrap_or_default() {
-                inner.release(&vm, &r);
-            }
+        for r in inner.by_vm.remove(vm).unwrap_or_default() {
+            inner.release(vm, &r);
         }
     }
 
@@ -492,7 +484,7 @@ mod tests {
         tags.follow(&vm("b"), vec![R.into()], t0);
         tags.follow(&vm("a"), vec![R.into()], t0);
         assert_eq!(tags.len(), 1);
-        tags.retain(|v| v != &vm("a"));
+        tags.forget(&vm("a"));
         assert_eq!(tags.len(), 1);
         tags.follow(&vm("b"), Vec::new(), t0);
         assert!(tags.is_empty());

@@ -87,9 +87,9 @@ impl CreateFailures {
         })
     }
 
-    /// Forgets the VMs for which `exists` is false.
-    pub fn retain(&self, exists: impl Fn(&ObjectRef<VirtualMachine>) -> bool) {
-        self.lock().retain(|vm, _| exists(vm));
+    /// Forgets `vm` (deleted).
+    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+        self.lock().remove(vm);
     }
 }
 
@@ -130,7 +130,7 @@ mod tests {
         failures.created(&ObjectRef::from_obj(&vm(2)));
         assert!(failures.of(&vm(2), t1).is_none());
         failures.refused(&vm(2), "quota".into(), t1);
-        failures.retain(|_| false);
+        failures.forget(&ObjectRef::from_obj(&vm(2)));
         assert!(failures.of(&vm(2), t1).is_none());
     }
 }

@@ -1,8 +1,9 @@
 //! Runner pods: the VirtualMachine controller. Its queue ([`trigger`]), fed by the rules
 //! watcher and the pod watcher; the reconcile ([`vm_reconciler`]: observe, plan with
 //! `crate::vm_plan`, apply through [`writes`] and [`events`]); and what it remembers per VM
-//! between reconciles — pods created or deleted but not yet seen, refused creates, statuses
-//! written but not yet cached — and per namespace, the recreation budget.
+//! between reconciles ([`vm_memory`]: pods created or deleted but not yet seen, refused
+//! creates, statuses written but not yet cached — forgotten with the VM) and per
+//! namespace, the recreation budget.
 
 pub mod create_failures;
 pub mod events;
@@ -11,5 +12,6 @@ pub mod pod_watcher;
 pub mod recreation_budget;
 pub mod status_memory;
 pub mod trigger;
+pub mod vm_memory;
 pub mod vm_reconciler;
 pub mod writes;

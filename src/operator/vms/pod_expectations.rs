@@ -83,6 +83,20 @@ impl PodExpectations {
         self.lock().expected.remove(vm);
     }
 
+    /// Forgets everything about `vm`: it was deleted.
+    pub fn forget_vm(&self, vm: &ObjectRef<VirtualMachine>) {
+        let mut state = self.lock();
+        state.expected.remove(vm);
+        state.deleted.remove(vm);
+    }
+
+    /// Whether nothing is expected or deleted for any VM.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        let state = self.lock();
+        state.expected.is_empty() && state.deleted.is_empty()
+    }
+
     /// The pod watch delivered `pod` of `vm`, added, changed or deleted; `ending`: it is
     /// terminating or gone.
     pub fn observed(&self, vm: &ObjectRef<VirtualMachine>, pod: &str, ending: bool) {

@@ -50,10 +50,9 @@ impl StatusMemory {
         }
     }
 
-    /// Forgets the VMs for which `exists` is false (deleted before the cache showed the
-    /// write).
-    pub fn retain(&self, exists: impl Fn(&ObjectRef<VirtualMachine>) -> bool) {
-        self.lock().retain(|vm, _| exists(vm));
+    /// Forgets `vm` (deleted, perhaps before the cache showed the write).
+    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+        self.lock().remove(vm);
     }
 
     /// Records that `status` was written over `vm`'s version.

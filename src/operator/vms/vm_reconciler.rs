@@ -11,10 +11,11 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::api::VirtualMachine;
 use crate::conditions;
+use crate::namespaced_name::NamespacedName;
 use crate::operator::context::Context;
 use crate::operator::tags::followed_tags::{Followed, Lookup};
 use crate::operator::vms::writes::{
-    PodDeletion, Written, apply_status, create_pod, delete_pod, name_of, relabel_pod,
+    PodDeletion, Written, apply_status, create_pod, delete_pod, relabel_pod,
 };
 use crate::rules::Mode;
 use crate::vm_images;
@@ -24,7 +25,10 @@ use crate::vm_plan::{self, Observation, Plan, PodAction};
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error("writing the status of {vm}: {source}")]
-    Status { vm: String, source: kube::Error },
+    Status {
+        vm: NamespacedName,
+        source: kube::Error,
+    },
     #[error("creating pod {pod}: {source}")]
     CreatePod { pod: String, source: kube::Error },
     #[error("deleting pod {pod}: {source}")]
@@ -76,7 +80,7 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
         return Ok(Action::await_change());
     }
     // The status this operator wrote may not be in the cache yet: plan from the latest.
-    let latest = ctx.status_memory.latest(vm);
+    let latest = ctx.memory.statuses.latest(vm);
     if let Some(wait) = look_up_named_pod(&latest, ctx, &namespace).await? {
         return Ok(wait);
     }
@@ -88,17 +92,18 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
     if replaces && let Err(wait) = ctx.budget.take(&namespace) {
         // The VM says so, and the pod stays until a recreation is free.
         let wait = wait.max(Duration::from_secs(1));
-        tracing::info!(vm = %name_of(vm), ?wait, "recreation budget spent; waiting");
+        tracing::info!(vm = %NamespacedName::of(vm), ?wait, "recreation budget spent; waiting");
         plan = observe_and_plan(&latest, ctx, &namespace, Some(wait));
     }
     match apply(vm, &latest, ctx, &namespace, &plan).await {
         Err(ReconcileError::CreatePod { pod, source }) => match refusal(&source) {
             // The VM says why it has no pod, and the create waits before the next attempt.
             Some(message) => {
-                tracing::info!(vm = %name_of(vm), %pod, %message, "pod create refused");
-                ctx.create_failures
+                tracing::info!(vm = %NamespacedName::of(vm), %pod, %message, "pod create refused");
+                ctx.memory
+                    .create_failures
                     .refused(vm, message, std::time::Instant::now());
-                let latest = ctx.status_memory.latest(vm);
+                let latest = ctx.memory.statuses.latest(vm);
                 let plan = observe_and_plan(&latest, ctx, &namespace, None);
                 apply(vm, &latest, ctx, &namespace, &plan).await
             }
@@ -126,7 +131,7 @@ async fn look_up_named_pod(
     let index = &ctx.caches.pod_index;
     if !index.pods_of(&vm_ref).is_empty()
         || index.known_gone(&vm_ref, name)
-        || ctx.expectations.pending(&vm_ref, &[]).is_some()
+        || ctx.memory.expectations.pending(&vm_ref, &[]).is_some()
     {
         return Ok(None);
     }
@@ -158,7 +163,7 @@ async fn look_up_named_pod(
             Ok(None)
         }
         Ok(_) => {
-            tracing::info!(vm = %name_of(vm), pod = %name, "the pod the VM's status names had lost its label; put it back");
+            tracing::info!(vm = %NamespacedName::of(vm), pod = %name, "the pod the VM's status names had lost its label; put it back");
             Ok(Some(Action::requeue(WAITING_RECHECK)))
         }
         Err(source) => Err(ReconcileError::LookUpPod {
@@ -231,10 +236,12 @@ fn observe_and_plan(
     let mut pods = ctx.caches.pods_of(vm);
     // A pod this operator deleted that the cache still shows live is terminating: never
     // deleted (nor replaced, nor announced) twice while the pod watch lags.
-    ctx.expectations.mark_deleted(&vm_ref, &mut pods, &now);
+    ctx.memory
+        .expectations
+        .mark_deleted(&vm_ref, &mut pods, &now);
     let pods: Vec<&Pod> = pods.iter().collect();
-    let expected = ctx.expectations.pending(&vm_ref, &pods);
-    let refused = ctx.create_failures.of(vm, std::time::Instant::now());
+    let expected = ctx.memory.expectations.pending(&vm_ref, &pods);
+    let refused = ctx.memory.create_failures.of(vm, std::time::Instant::now());
     let held = ctx.caches.unreadable_mappings.holding(namespace);
     vm_plan::plan(&Observation {
         vm,
@@ -267,12 +274,12 @@ async fn apply(
         let written = apply_status(&api, &vm.name_any(), latest.status.as_ref(), &plan.status)
             .await
             .map_err(|source| ReconcileError::Status {
-                vm: name_of(vm),
+                vm: NamespacedName::of(vm),
                 source,
             })?;
         match written {
             Written::Gone => return Ok(Action::await_change()),
-            Written::Changed => ctx.status_memory.wrote(vm, plan.status.clone()),
+            Written::Changed => ctx.memory.statuses.wrote(vm, plan.status.clone()),
             Written::Unchanged => {}
         }
     }
@@ -287,10 +294,11 @@ async fn apply(
             }
             PodAction::Delete { name, uid, grace } => {
                 if delete(&pods, name, uid, *grace).await? != PodDeletion::Replaced {
-                    ctx.expectations
+                    ctx.memory
+                        .expectations
                         .deleted(vm_ref.clone(), name.clone(), uid.clone());
                 }
-                ctx.expectations.forget(&vm_ref);
+                ctx.memory.expectations.forget(&vm_ref);
             }
             PodAction::Replace {
                 name,
@@ -304,7 +312,8 @@ async fn apply(
                 let deletion = delete(&pods, name, uid, *grace).await?;
                 if deletion != PodDeletion::Replaced {
                     ctx.observers.metrics.recreated();
-                    ctx.expectations
+                    ctx.memory
+                        .expectations
                         .deleted(vm_ref.clone(), name.clone(), uid.clone());
                 }
                 match deletion {
@@ -339,8 +348,8 @@ async fn create(
             pod: pod.name_any(),
             source,
         })?;
-    ctx.expectations.expect(vm.clone(), pod.name_any());
-    ctx.create_failures.created(vm);
+    ctx.memory.expectations.expect(vm.clone(), pod.name_any());
+    ctx.memory.create_failures.created(vm);
     Ok(())
 }
 

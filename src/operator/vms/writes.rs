@@ -131,11 +131,3 @@ pub async fn delete_pod(
         Err(e) => Err(e),
     }
 }
-
-/// The name of an object, for messages.
-pub fn name_of<K: ResourceExt>(obj: &K) -> String {
-    match obj.namespace() {
-        Some(ns) => format!("{ns}/{}", obj.name_any()),
-        None => obj.name_any(),
-    }
-}

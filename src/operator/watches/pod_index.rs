@@ -65,9 +65,9 @@ impl PodIndex {
         }
     }
 
-    /// Forgets the VMs for which `exists` is false.
-    pub fn retain(&self, exists: impl Fn(&ObjectRef<VirtualMachine>) -> bool) {
-        self.lock().gone.retain(|vm, _| exists(vm));
+    /// Forgets `vm` (deleted): the last pod seen gone with it.
+    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+        self.lock().gone.remove(vm);
     }
 
     /// The names of the pods `vm` controls.
@@ -118,7 +118,7 @@ mod tests {
         index.insert(vm("a"), "a-3".into());
         assert!(!index.known_gone(&vm("a"), "a-2"));
         index.remove(&vm("a"), "a-3");
-        index.retain(|v| v != &vm("a"));
+        index.forget(&vm("a"));
         assert!(!index.known_gone(&vm("a"), "a-3"));
     }
 }
