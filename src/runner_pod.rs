@@ -398,4 +398,17 @@ mod tests {
         assert!(name.len() <= 63, "{name}");
         assert!(!name.contains("--"));
     }
+
+    #[test]
+    fn the_crd_reserves_exactly_the_runner_pods_container_names() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_string(&VirtualMachine::crd()).unwrap();
+        let reserved = format!(
+            "!(c.name in ['{INIT_CONTAINER}', '{INIT_KERNEL_CONTAINER}', '{RUNNER_CONTAINER}'])"
+        );
+        assert!(
+            crd.contains(&reserved),
+            "the CRD's CEL rule for extraInitContainers must reserve {reserved}"
+        );
+    }
 }

@@ -65,23 +65,13 @@ async fn following(e: &Env, interval: Duration) -> (TestRegistry, String, String
 
 /// Waits until the VM's status reports `digest` for its root disk (and says it follows it).
 async fn wait_digest(e: &Env, vm_name: &str, digest: &str) {
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        &format!("{vm_name} reports {digest}"),
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == vm_name
-                    && v.status.as_ref().is_some_and(|s| {
-                        s.resolved_images.iter().any(|i| {
-                            i.slot == "rootDisk"
-                                && i.follow_tag
-                                && i.digest.as_deref() == Some(digest)
-                        })
-                    })
+    wait_vm(e, vm_name, &format!("reports {digest}"), |v| {
+        v.status.as_ref().is_some_and(|s| {
+            s.resolved_images.iter().any(|i| {
+                i.slot == "rootDisk" && i.follow_tag && i.digest.as_deref() == Some(digest)
             })
-        },
-    )
+        })
+    })
     .await;
 }
 
@@ -122,24 +112,7 @@ async fn a_pushed_tag_moves_live_reload_pods_and_is_reported_to_the_others() {
     wait_digest(&e, "live", &second).await;
 
     // Without liveReload, the VM says a restart is due and names the new digest.
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        "steady: RestartRequired naming the new digest",
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == "steady"
-                    && v.status.as_ref().is_some_and(|s| {
-                        s.conditions.iter().any(|c| {
-                            c.type_ == "ImagesCurrent"
-                                && c.reason == "RestartRequired"
-                                && c.message.contains(&second)
-                        })
-                    })
-            })
-        },
-    )
-    .await;
+    wait_condition(&e, "steady", "ImagesCurrent", "RestartRequired", &second).await;
     let steady_pod = e.pods.get(&steady_before.name_any()).await.unwrap();
     assert_eq!(steady_pod.uid(), steady_before.uid(), "untouched");
     // The mapping lists it as waiting for a restart (and only it), and its rule the tag it

@@ -113,17 +113,7 @@ async fn a_pod_that_lost_its_label_while_no_operator_ran_gets_it_back_not_a_twin
     let first = Operator::start(&[&e.ns], Options::default()).await;
     e.add_vm("vm", false, "Always", COMPUTE).await;
     let pod = wait_single_pod(&e, "vm", COMPUTE_NORMALIZED).await;
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        "vm Running",
-        |vms| {
-            vms.iter().any(|v| {
-                v.status.as_ref().and_then(|s| s.phase) == Some(imagemap::api::VmPhase::Running)
-            })
-        },
-    )
-    .await;
+    wait_phase(&e, "vm", imagemap::api::VmPhase::Running).await;
     // The operator stops (a crash, an upgrade); meanwhile someone strips the pod's label.
     drop(first);
     e.pods

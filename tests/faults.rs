@@ -38,21 +38,13 @@ async fn point_mapping_at(e: &Env, to: &str) {
 /// Waits until the VM's status resolves its root disk to `to` (the operator acted on a
 /// change, whether or not its pod could follow yet).
 async fn wait_resolved(e: &Env, vm_name: &str, to: &str) {
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        &format!("{vm_name} resolves to {to}"),
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == vm_name
-                    && v.status.as_ref().is_some_and(|s| {
-                        s.resolved_images
-                            .iter()
-                            .any(|i| i.slot == "rootDisk" && i.resolved.as_deref() == Some(to))
-                    })
-            })
-        },
-    )
+    wait_vm(e, vm_name, &format!("resolves to {to}"), |v| {
+        v.status.as_ref().is_some_and(|s| {
+            s.resolved_images
+                .iter()
+                .any(|i| i.slot == "rootDisk" && i.resolved.as_deref() == Some(to))
+        })
+    })
     .await;
 }
 

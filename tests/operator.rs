@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use imagemap::api::VmPhase;
 use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use imagemap::operator::Options;
 use imagemap::runner_pod::VM_LABEL;
@@ -115,18 +116,8 @@ async fn vm_without_mappings_gets_a_pod_with_the_requested_images() {
     assert_eq!(v.status.as_ref().unwrap().observed_generation, Some(1));
     assert_eq!(condition(&v, "ImagesResolved").unwrap().0, "True");
     // Scheduled onto a kwok node, the pod runs with its runner container ready.
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        "plain Running",
-        |vms| {
-            vms.iter().any(|v| {
-                v.status.as_ref().and_then(|s| s.phase) == Some(imagemap::api::VmPhase::Running)
-                    && condition(v, "Ready").is_some_and(|c| c.0 == "True")
-            })
-        },
-    )
-    .await;
+    let v = wait_phase(&e, "plain", VmPhase::Running).await;
+    assert_eq!(condition(&v, "Ready").unwrap().0, "True");
     wait_event(&e, "plain", "PodCreated").await;
 }
 
@@ -175,19 +166,7 @@ async fn mapping_created(prefix: &str, restart_operator: bool) {
     );
     assert_eq!(condition(&v, "ImagesCurrent").unwrap().0, "True");
 
-    let steady = wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        "steady: RestartRequired",
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == "steady"
-                    && condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RestartRequired")
-            })
-        },
-    )
-    .await;
-    let steady = steady.iter().find(|v| v.name_any() == "steady").unwrap();
+    let steady = &wait_condition(&e, "steady", "ImagesCurrent", "RestartRequired", "").await;
     assert_eq!(condition(steady, "ImagesCurrent").unwrap().0, "False");
     assert_eq!(
         resolved(steady, "rootDisk").unwrap().resolved.as_deref(),
@@ -280,19 +259,7 @@ async fn mapping_deleted_restores_the_requested_images() {
         .await
         .unwrap();
     wait_single_pod(&e, "dev", COMPUTE_NORMALIZED).await;
-    let vms = wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        "keep: restart required",
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == "keep"
-                    && condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RestartRequired")
-            })
-        },
-    )
-    .await;
-    let keep_vm = vms.iter().find(|v| v.name_any() == "keep").unwrap();
+    let keep_vm = &wait_condition(&e, "keep", "ImagesCurrent", "RestartRequired", "").await;
     let disk = resolved(keep_vm, "rootDisk").unwrap();
     assert_eq!(
         (disk.resolved.as_deref(), disk.source.as_ref()),
@@ -332,26 +299,11 @@ async fn pods_are_replaced_per_restart_policy() {
     .await;
 
     // Running, then finished.
-    let wait_vm = |name: &'static str, what: &'static str, pred: fn(&VirtualMachine) -> bool| {
-        let api = e.vms.clone();
-        async move {
-            wait_list(api, watcher::Config::default(), what, move |vms| {
-                vms.iter().any(|v| v.name_any() == name && pred(v))
-            })
-            .await;
-        }
-    };
     for name in ["always", "onfailure", "never"] {
         let p = wait_single_pod(&e, name, COMPUTE_NORMALIZED).await;
         set_pod_phase(&e, &p.name_any(), "Running", true).await;
     }
-    wait_vm("always", "always running", |v| {
-        v.status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(|p| format!("{p:?}") == "Running")
-    })
-    .await;
+    wait_phase(&e, "always", VmPhase::Running).await;
     let always = e
         .pods
         .list(&ListParams::default().labels(&format!("{VM_LABEL}=always")))
@@ -363,7 +315,7 @@ async fn pods_are_replaced_per_restart_policy() {
     assert_eq!(condition(&v, "Ready").unwrap().0, "True");
 
     set_pod_phase(&e, &always.name_any(), "Succeeded", false).await;
-    wait_vm("always", "always restarted", |v| {
+    wait_vm(&e, "always", "restarted", |v| {
         v.status.as_ref().is_some_and(|s| s.restart_count == 1)
     })
     .await;
@@ -383,21 +335,9 @@ async fn pods_are_replaced_per_restart_policy() {
         .unwrap()
         .items
         .remove(0);
-    wait_vm("onfailure", "onfailure running", |v| {
-        v.status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(|p| format!("{p:?}") == "Running")
-    })
-    .await;
+    wait_phase(&e, "onfailure", VmPhase::Running).await;
     set_pod_phase(&e, &onfailure.name_any(), "Succeeded", false).await;
-    wait_vm("onfailure", "onfailure succeeded", |v| {
-        v.status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(|p| format!("{p:?}") == "Succeeded")
-    })
-    .await;
+    wait_phase(&e, "onfailure", VmPhase::Succeeded).await;
     let v = e.vms.get("onfailure").await.unwrap();
     assert_eq!(v.status.as_ref().unwrap().restart_count, 0);
     assert!(
@@ -417,24 +357,12 @@ async fn pods_are_replaced_per_restart_policy() {
         .unwrap()
         .items
         .remove(0);
-    wait_vm("never", "never running", |v| {
-        v.status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(|p| format!("{p:?}") == "Running")
-    })
-    .await;
+    wait_phase(&e, "never", VmPhase::Running).await;
     e.pods
         .delete(&never.name_any(), &DeleteParams::default())
         .await
         .unwrap();
-    wait_vm("never", "never failed", |v| {
-        v.status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(|p| format!("{p:?}") == "Failed")
-    })
-    .await;
+    wait_phase(&e, "never", VmPhase::Failed).await;
     assert!(
         e.pods
             .list(&ListParams::default().labels(&format!("{VM_LABEL}=never")))

@@ -14,7 +14,6 @@ use std::process::Command;
 
 use imagemap::operator::Options;
 use kube::ResourceExt;
-use kube::runtime::watcher;
 use serde_json::Value;
 use support::vms::*;
 use support::*;
@@ -195,18 +194,7 @@ async fn the_preview_lists_what_the_operator_then_does() {
     // Applied, the operator does exactly that.
     kubectl_ok(&["apply", "-f", &file]);
     wait_single_pod(&e, "live", "mirror.io/compute:build-2").await;
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        "steady: RestartRequired",
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == "steady"
-                    && condition(v, "ImagesCurrent").is_some_and(|c| c.1 == "RestartRequired")
-            })
-        },
-    )
-    .await;
+    wait_condition(&e, "steady", "ImagesCurrent", "RestartRequired", "").await;
     for (name, before) in [("steady", &steady), ("other", &other)] {
         let pods = e
             .pods

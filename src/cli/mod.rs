@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod crds;
 pub mod follow_tags;
 pub mod preview;
+mod report;
 pub mod resolve;
 pub mod run;
 pub mod table;

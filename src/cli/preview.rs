@@ -7,10 +7,8 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::cluster::{self, Target};
-use super::resolve::{
-    EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs, problem_json, problem_line,
-    source_json,
-};
+use super::report::{problem_json, problem_line, source_json};
+use super::resolve::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
 use super::table;
 use crate::manifests::{Manifests, ObjectKey, ObjectKind};
 use crate::preview::{PodAction, Preview, SlotChange, VmPreview, preview};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use imagemap::api::{ImageMapping, VirtualMachine};
+use imagemap::api::{ImageMapping, VirtualMachine, VmPhase};
 use imagemap::runner_pod::{VM_LABEL, pod_images};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -165,43 +165,80 @@ pub async fn wait_single_pod(e: &Env, vm_name: &str, disk: &str) -> Arc<Pod> {
     pod
 }
 
+/// Waits until VM `name` satisfies `pred` (`what` says what is awaited); returns it as seen.
+pub async fn wait_vm(
+    e: &Env,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&VirtualMachine) -> bool,
+) -> VirtualMachine {
+    let vms = wait_list(
+        e.vms.clone(),
+        watcher::Config::default(),
+        &format!("{name}: {what}"),
+        |vms| vms.iter().any(|v| v.name_any() == name && pred(v)),
+    )
+    .await;
+    vms.iter()
+        .find(|v| v.name_any() == name && pred(v))
+        .map(|v| (**v).clone())
+        .expect("the VM the wait saw")
+}
+
+/// Waits until VM `name` is in `phase`; returns it.
+pub async fn wait_phase(e: &Env, name: &str, phase: VmPhase) -> VirtualMachine {
+    wait_vm(e, name, &format!("phase {phase:?}"), |v| {
+        v.status.as_ref().and_then(|s| s.phase) == Some(phase)
+    })
+    .await
+}
+
+/// Waits until VM `name`'s condition `ty` has `reason` and a message containing `text`;
+/// returns it.
+pub async fn wait_condition(
+    e: &Env,
+    name: &str,
+    ty: &str,
+    reason: &str,
+    text: &str,
+) -> VirtualMachine {
+    wait_vm(e, name, &format!("{ty} {reason} ({text:?})"), |v| {
+        condition(v, ty).is_some_and(|c| c.1 == reason && c.2.contains(text))
+    })
+    .await
+}
+
 /// Waits until the VM's `ImagesResolved` condition has `reason` (and its message contains
 /// `text`).
 pub async fn wait_resolved_reason(e: &Env, vm_name: &str, reason: &str, text: &str) {
-    wait_list(
-        e.vms.clone(),
-        watcher::Config::default(),
-        &format!("{vm_name}: ImagesResolved {reason}"),
-        |vms| {
-            vms.iter().any(|v| {
-                v.name_any() == vm_name
-                    && v.status.as_ref().is_some_and(|s| {
-                        s.conditions.iter().any(|c| {
-                            c.type_ == "ImagesResolved"
-                                && c.reason == reason
-                                && c.message.contains(text)
-                        })
-                    })
-            })
-        },
-    )
-    .await;
+    wait_condition(e, vm_name, "ImagesResolved", reason, text).await;
 }
 
 /// Watches every pod of a namespace from its start: never two live pods for one VM.
 pub struct NeverTwoLivePods {
-    task: tokio::task::JoinHandle<BTreeMap<String, usize>>,
+    task: tokio::task::JoinHandle<()>,
+    seen: Arc<std::sync::Mutex<Seen>>,
+}
+
+/// What the pod watch of [`NeverTwoLivePods`] delivered.
+#[derive(Default)]
+struct Seen {
+    /// Watch events (the initial list's included).
+    events: usize,
+    /// The most live pods seen at once, per VM.
+    max: BTreeMap<String, usize>,
 }
 
 impl NeverTwoLivePods {
     pub fn watch(e: &Env) -> NeverTwoLivePods {
         let pods_api = e.pods.clone();
+        let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+        let into = Arc::clone(&seen);
         let task = tokio::spawn(async move {
             let (reader, writer) = kube::runtime::reflector::store::<Pod>();
             let mut stream = watcher(pods_api, watcher::Config::default())
                 .reflect(writer)
                 .boxed();
-            let mut max: BTreeMap<String, usize> = BTreeMap::new();
             while let Some(event) = stream.next().await {
                 if event.is_err() {
                     continue; // the watcher retries on its own
@@ -215,30 +252,32 @@ impl NeverTwoLivePods {
                     let vm = p.labels().get(VM_LABEL).cloned().unwrap_or_default();
                     *now.entry(vm).or_default() += 1;
                 }
+                let mut seen = into.lock().unwrap();
+                seen.events += 1;
                 for (vm, n) in now {
-                    let m = max.entry(vm).or_default();
+                    let m = seen.max.entry(vm).or_default();
                     *m = (*m).max(n);
                 }
-                if max.values().any(|&n| n > 1) {
-                    return max;
-                }
             }
-            max
         });
-        NeverTwoLivePods { task }
+        NeverTwoLivePods { task, seen }
     }
 
-    /// Fails the test if two live pods of one VM were ever seen.
+    /// Fails the test if two live pods of one VM were ever seen — or if the watch
+    /// delivered nothing, so that the check would prove nothing.
     pub async fn check(self) {
-        // The watcher only ends when it saw two live pods for one VM.
-        if self.task.is_finished() {
-            let max = self.task.await.expect("the pod watcher");
-            assert!(
-                max.values().all(|&n| n <= 1),
-                "two live pods for one VM: {max:?}"
-            );
-        } else {
-            self.task.abort();
-        }
+        self.task.abort();
+        // Ended (or cancelled): nothing writes what it saw any more.
+        let _ = self.task.await;
+        let seen = self.seen.lock().unwrap();
+        assert!(
+            seen.events > 0,
+            "the pod watch delivered nothing: never-two-pods was not checked"
+        );
+        assert!(
+            seen.max.values().all(|&n| n <= 1),
+            "two live pods for one VM: {:?}",
+            seen.max
+        );
     }
 }
