@@ -1,5 +1,6 @@
-//! Every write the operator makes: status by server-side apply with one field manager
-//! (skipped when nothing changed), and runner pod creates and deletes.
+//! The writes of objects the operator reconciles: statuses by server-side apply with one
+//! field manager (skipped when nothing changed), and runner pod creates, deletes and label
+//! patches. (Events are written by `events.rs`, the Lease by `leader/elector.rs`.)
 
 use std::fmt::Debug;
 
@@ -10,7 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-/// The field manager of every write this operator makes.
+/// The field manager of the operator's status applies and pod writes.
 pub const FIELD_MANAGER: &str = "imagemap.dev/operator";
 
 /// What a write did.
