@@ -1,12 +1,16 @@
-//! The baseline: a plain client doing only the minimum writes the operator's work needs, at
-//! the same concurrency — per VM, a pod create and a status patch at cold start; a status
-//! patch, a pod delete and a pod create at a change of images.
+//! The baseline: a plain client doing only the minimum work the operator's job needs, at the
+//! same concurrency — per VM, a pod create and a status patch at cold start; a status
+//! patch, a pod delete and a pod create at a change of images, with one live pod per VM:
+//! the replacement is created only once the old pod's deletion is observed (its grace
+//! period, as the operator's pods have it, runs meanwhile), without holding a worker.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use futures::future::ready;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -94,36 +98,102 @@ pub async fn cold_start(
         .await
 }
 
-/// A change of images: each VM gets one status patch, its old pod deleted (at once: the
-/// benchmark's VMs have a grace period of 0) and its new pod created.
+/// A change of images: each VM gets one status patch and its old pod deleted (back to
+/// back, `CONCURRENCY` at once); each new pod is created as soon as the pod watch shows
+/// the old one gone (`CONCURRENCY` at once too).
 pub async fn fan_out(
     client: &Client,
     vms: &[VirtualMachine],
     old: &RuleSet,
     new: &RuleSet,
 ) -> anyhow::Result<()> {
-    stream::iter(vms)
-        .map(|vm| async move {
-            let ns = vm.namespace().unwrap_or_default();
-            let (old_pod, _) = desired(vm, old)?;
-            let (pod, status) = desired(vm, new)?;
-            let vms = Api::namespaced(client.clone(), &ns);
-            retry("patching a VM status", || patch_status(&vms, vm, &status)).await?;
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            retry("deleting a pod", || async {
-                match pods
-                    .delete(&old_pod.name_any(), &DeleteParams::default())
-                    .await
-                {
-                    Ok(_) => Ok(()),
-                    Err(e) if is_status(&e, 404) => Ok(()),
-                    Err(e) => Err(e.into()),
-                }
-            })
-            .await?;
-            create(&pods, &pod).await
+    let Some(ns) = vms.first().and_then(ResourceExt::namespace) else {
+        return Ok(());
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // The replacement of each old pod, by the old pod's name.
+    let mut replacements: HashMap<String, Pod> = HashMap::new();
+    for vm in vms {
+        replacements.insert(desired(vm, old)?.0.name_any(), desired(vm, new)?.0);
+    }
+    // Watch first (and list), so that no deletion goes unseen.
+    let (gone_tx, gone) = futures::channel::mpsc::unbounded::<String>();
+    let watching = tokio::spawn(watch_deletions(
+        pods.clone(),
+        replacements.keys().cloned().collect(),
+        gone_tx.clone(),
+    ));
+    let deletes = stream::iter(vms)
+        .map(|vm| {
+            let (pods, gone_tx) = (pods.clone(), gone_tx.clone());
+            async move {
+                let (old_pod, _) = desired(vm, old)?;
+                let (_, status) = desired(vm, new)?;
+                let vms = Api::namespaced(client.clone(), &ns_of(vm));
+                retry("patching a VM status", || patch_status(&vms, vm, &status)).await?;
+                retry("deleting a pod", || async {
+                    match pods
+                        .delete(&old_pod.name_any(), &DeleteParams::default())
+                        .await
+                    {
+                        Ok(_) => Ok(()),
+                        Err(e) if is_status(&e, 404) => {
+                            // Already gone: no watch event may come for it.
+                            let _ = gone_tx.unbounded_send(old_pod.name_any());
+                            Ok(())
+                        }
+                        Err(e) => Err(e.into()),
+                    }
+                })
+                .await
+            }
         })
         .buffer_unordered(CONCURRENCY)
-        .try_collect::<()>()
-        .await
+        .try_collect::<()>();
+    let mut pending: HashSet<String> = replacements.keys().cloned().collect();
+    let creates = gone
+        .filter_map(move |name| ready(pending.remove(&name).then_some(name)))
+        .take(replacements.len())
+        .map(|name| {
+            let pods = pods.clone();
+            let pod = replacements[&name].clone();
+            async move { create(&pods, &pod).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<()>();
+    let done = futures::future::try_join(deletes, creates).await;
+    watching.abort();
+    done.map(|_| ())
+}
+
+fn ns_of(vm: &VirtualMachine) -> String {
+    vm.namespace().unwrap_or_default()
+}
+
+/// Sends the name of each of `names` once the pod watch shows it gone — deleted, or absent
+/// from a (re-)list.
+async fn watch_deletions(
+    pods: Api<Pod>,
+    names: HashSet<String>,
+    gone: futures::channel::mpsc::UnboundedSender<String>,
+) {
+    let mut events = watcher(pods, watcher::Config::default()).boxed();
+    let mut listed: HashSet<String> = HashSet::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Delete(pod)) => {
+                let _ = gone.unbounded_send(pod.name_any());
+            }
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(pod)) => {
+                listed.insert(pod.name_any());
+            }
+            Ok(watcher::Event::InitDone) => {
+                for name in names.iter().filter(|n| !listed.contains(*n)) {
+                    let _ = gone.unbounded_send(name.clone());
+                }
+            }
+            Ok(watcher::Event::Apply(_)) | Err(_) => {}
+        }
+    }
 }
