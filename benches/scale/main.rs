@@ -210,9 +210,11 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "scale benchmark: {CONCURRENCY} requests in flight for the baseline; times from the first write to every VM (or pod) settled"
     );
-    for n in sizes {
-        let op = operator(&client, n, &format!("bench-{run}-operator-{n}")).await?;
-        let base = baseline(&client, n, &format!("bench-{run}-baseline-{n}")).await?;
+    // Each size in a namespace of its own, also when a size repeats (the test control
+    // plane runs no namespace controller: a deleted namespace never goes).
+    for (i, n) in sizes.into_iter().enumerate() {
+        let op = operator(&client, n, &format!("bench-{run}-{i}-operator-{n}")).await?;
+        let base = baseline(&client, n, &format!("bench-{run}-{i}-baseline-{n}")).await?;
         let (base_cold, base_fan) = (base.cold, base.fan_out);
         let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
         println!("\n## {n} liveReload VMs");
