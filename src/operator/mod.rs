@@ -60,7 +60,7 @@ use observe::health::Health;
 use rules_watcher::Change;
 use tags::{credentials_watcher, push_endpoint, tag_follower};
 use vms::trigger::Trigger;
-use vms::{pod_watcher, vm_reconciler};
+use vms::{pod_watcher, replacements, vm_reconciler};
 use watches::cache_events::{self, CacheEvent, Source};
 use watches::cached_pod::CachedPod;
 use watches::invalid_objects::{self, Unreadable};
@@ -271,6 +271,34 @@ pub async fn run_elected(
     .await
 }
 
+/// The pod watcher, and the creator of the replacements it hands over.
+fn spawn_pod_tasks(
+    tasks: &mut Tasks,
+    ctx: &Arc<Context>,
+    pods: BoxStream<'static, CacheEvent<CachedPod>>,
+    trigger: Trigger,
+) {
+    let (hand_over, handed) = futures::channel::mpsc::unbounded();
+    tasks.spawn(
+        "replacement creator",
+        replacements::create_handed_over(Arc::clone(ctx), handed, trigger.clone()),
+    );
+    tasks.spawn(
+        "pod watcher",
+        pod_watcher::run(
+            pods,
+            pod_watcher::Watcher {
+                client: ctx.client.clone(),
+                index: Arc::clone(&ctx.caches.pod_index),
+                expectations: Arc::clone(&ctx.memory.expectations),
+                replacements: Arc::clone(&ctx.memory.replacements),
+                hand_over,
+                trigger,
+            },
+        ),
+    );
+}
+
 /// Runs the operator, reporting to `observers`, until the VirtualMachine controller stops
 /// (or the future is dropped). When `shutdown` completes, no new reconcile starts, the
 /// running ones finish, and the function returns. A background task that ends is an error.
@@ -311,16 +339,7 @@ pub async fn run_with(
     // Push notifications act on this context while it runs (see `serve_notifications`).
     observers.running.set(Some(Arc::clone(&ctx)));
     let _stopped = Stopped(Arc::clone(&observers.running));
-    tasks.spawn(
-        "pod watcher",
-        pod_watcher::run(
-            watches.pods,
-            ctx.client.clone(),
-            Arc::clone(&ctx.caches.pod_index),
-            Arc::clone(&ctx.memory.expectations),
-            trigger,
-        ),
-    );
+    spawn_pod_tasks(&mut tasks, &ctx, watches.pods, trigger);
     tasks.spawn(
         "unreadable object reporter",
         invalid_objects::report(Arc::clone(&ctx), watches.unreadable),

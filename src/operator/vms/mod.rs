@@ -10,6 +10,7 @@ pub mod events;
 pub mod pod_expectations;
 pub mod pod_watcher;
 pub mod recreation_budget;
+pub mod replacements;
 pub mod status_memory;
 pub mod trigger;
 pub mod vm_memory;

@@ -1,5 +1,6 @@
 //! The runner pod cache: every event of a runner pod updates the pod index and asks for a
-//! reconcile of the VM that controls it.
+//! reconcile of the VM that controls it — or, when the pod is gone and a replacement waited
+//! for it, hands the replacement over to be created at once.
 
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
@@ -11,7 +12,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 
 use crate::api::{GROUP, VirtualMachine};
+use futures::channel::mpsc::UnboundedSender;
+
 use crate::operator::vms::pod_expectations::PodExpectations;
+use crate::operator::vms::replacements::{Replacement, Replacements};
 use crate::operator::vms::trigger::Trigger;
 use crate::operator::vms::writes::{Written, relabel_pod};
 use crate::operator::watches::cache_events::CacheEvent;
@@ -40,21 +44,40 @@ fn maybe_unlabelled(pod: &CachedPod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
 }
 
+/// What the pod watcher updates and whom it tells.
+pub struct Watcher {
+    pub client: Client,
+    pub index: Arc<PodIndex>,
+    pub expectations: Arc<PodExpectations>,
+    pub replacements: Arc<Replacements>,
+    /// Where a replacement goes once the pod it waited for is gone.
+    pub hand_over: UnboundedSender<Replacement>,
+    pub trigger: Trigger,
+}
+
 /// Runs until `events` (the pod cache's changes) ends. A runner pod that may only have
-/// lost its label gets it back (through `client`), so its VM never gets a second pod.
-pub async fn run(
-    events: impl Stream<Item = CacheEvent<CachedPod>>,
-    client: Client,
-    index: Arc<PodIndex>,
-    expectations: Arc<PodExpectations>,
-    trigger: Trigger,
-) {
+/// lost its label gets it back (through `client`), so its VM never gets a second pod; a
+/// pod gone that a replacement waited for hands the replacement over.
+pub async fn run(events: impl Stream<Item = CacheEvent<CachedPod>>, w: Watcher) {
+    let Watcher {
+        client,
+        index,
+        expectations,
+        replacements,
+        hand_over,
+        trigger,
+    } = w;
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         match event {
             CacheEvent::ListStarted(scope) => expectations.list_started(scope),
             CacheEvent::Listed(scope) => expectations.listed(scope),
-            CacheEvent::Applied(pod) => observed(&pod, &index, &expectations, &trigger, true),
+            CacheEvent::Applied(pod) => {
+                observed(&pod, &index, &expectations, true);
+                if let Some(vm) = owner_vm(&pod) {
+                    trigger.reconcile(vm);
+                }
+            }
             CacheEvent::Deleted(pod) => {
                 if maybe_unlabelled(&pod)
                     && let Some(vm) = owner_vm(&pod)
@@ -76,7 +99,19 @@ pub async fn run(
                         }
                     }
                 }
-                observed(&pod, &index, &expectations, &trigger, false);
+                observed(&pod, &index, &expectations, false);
+                let Some(vm) = owner_vm(&pod) else { continue };
+                match replacements.take_when_gone(&vm, &pod.name_any()) {
+                    // Its VM is reconciled once the replacement is created.
+                    Some(replacement) => {
+                        if let Err(e) = hand_over.unbounded_send(replacement) {
+                            // The creator stopped (the operator stops): the reconcile
+                            // creates it.
+                            trigger.reconcile(e.into_inner().vm);
+                        }
+                    }
+                    None => trigger.reconcile(vm),
+                }
             }
             // Pods are validated by the API server: every one is readable.
             CacheEvent::Invalid(_) | CacheEvent::InvalidGone(_) => {}
@@ -84,13 +119,7 @@ pub async fn run(
     }
 }
 
-fn observed(
-    pod: &CachedPod,
-    index: &PodIndex,
-    expectations: &PodExpectations,
-    trigger: &Trigger,
-    exists: bool,
-) {
+fn observed(pod: &CachedPod, index: &PodIndex, expectations: &PodExpectations, exists: bool) {
     let Some(vm) = owner_vm(pod) else { return };
     let name = pod.name_any();
     if exists {
@@ -103,7 +132,6 @@ fn observed(
         &name,
         !exists || pod.metadata.deletion_timestamp.is_some(),
     );
-    trigger.reconcile(vm);
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! What the VM controller remembers about each VM between reconciles, in one place: pods
 //! created or deleted that the cache does not show yet, pod creates the API server refused,
-//! and statuses written that the cache does not show yet. All of it goes with the VM:
+//! statuses written that the cache does not show yet, and replacements waiting for an old
+//! pod to go. All of it goes with the VM:
 //! [`VmMemory::forget`] is called when the VM watch says the VM is gone.
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::create_failures::CreateFailures;
 use super::pod_expectations::PodExpectations;
+use super::replacements::Replacements;
 use super::status_memory::StatusMemory;
 use crate::api::VirtualMachine;
 
@@ -22,6 +24,9 @@ pub struct VmMemory {
     pub create_failures: CreateFailures,
     /// VM statuses written but not yet in the cache.
     pub statuses: StatusMemory,
+    /// Replacement pods waiting for the old pod to go (shared with the pod watcher, which
+    /// hands them over).
+    pub replacements: Arc<Replacements>,
 }
 
 impl VmMemory {
@@ -30,6 +35,7 @@ impl VmMemory {
         self.expectations.forget_vm(vm);
         self.create_failures.forget(vm);
         self.statuses.forget(vm);
+        self.replacements.forget(vm);
     }
 }
 

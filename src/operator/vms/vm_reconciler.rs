@@ -293,6 +293,7 @@ async fn apply(
                 create(ctx, &pods, &vm_ref, pod).await?;
             }
             PodAction::Delete { name, uid, grace } => {
+                ctx.memory.replacements.forget(&vm_ref);
                 if delete(&pods, name, uid, *grace).await? != PodDeletion::Replaced {
                     ctx.memory
                         .expectations
@@ -307,8 +308,8 @@ async fn apply(
                 new,
             } => {
                 // (The recreation budget was taken when planning.)
-                // An unscheduled pod is gone at once; a running one terminates first, and its
-                // deletion event brings the VM back here to create the replacement.
+                // An unscheduled pod is gone at once; a running one terminates first, and the
+                // pod watch hands the replacement over when it shows that pod gone.
                 let deletion = delete(&pods, name, uid, *grace).await?;
                 if deletion != PodDeletion::Replaced {
                     ctx.observers.metrics.recreated();
@@ -321,6 +322,11 @@ async fn apply(
                         create(ctx, &pods, &vm_ref, new).await?;
                     }
                     PodDeletion::Terminating | PodDeletion::Replaced => {
+                        ctx.memory.replacements.wait_for(
+                            vm_ref.clone(),
+                            name.clone(),
+                            (**new).clone(),
+                        );
                         requeue = Some(TERMINATING_RECHECK);
                     }
                 }
@@ -342,6 +348,10 @@ async fn create(
     vm: &ObjectRef<VirtualMachine>,
     pod: &Pod,
 ) -> Result<(), ReconcileError> {
+    // Not while the replacement the pod watch handed over is being created.
+    if !ctx.memory.replacements.claim(vm) {
+        return Ok(());
+    }
     create_pod(api, pod)
         .await
         .map_err(|source| ReconcileError::CreatePod {

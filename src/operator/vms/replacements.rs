@@ -1,0 +1,175 @@
+//! Replacement pods waiting for their VM's old pod to go. A liveReload replacement whose old
+//! pod is still terminating when the reconcile deletes it is created the moment the pod
+//! watch shows that pod gone — on evidence, as the reconcile would, but without waiting for
+//! the VM's next turn in the controller's queue behind every other VM of a fan-out.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedReceiver;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::api::VirtualMachine;
+use crate::operator::context::Context;
+use crate::operator::vms::trigger::Trigger;
+use crate::operator::vms::writes::create_pod;
+
+/// A replacement handed over: the VM and its new pod.
+#[derive(Debug, Clone)]
+pub struct Replacement {
+    pub vm: ObjectRef<VirtualMachine>,
+    pub pod: Pod,
+}
+
+/// Where a VM's replacement is.
+#[derive(Debug)]
+enum State {
+    /// Waiting for the old pod (its name) to go.
+    Waiting(String, Box<Pod>),
+    /// Handed over to the creator, which has not finished.
+    HandedOver,
+}
+
+/// The replacements of the VMs, waiting or handed over. Exactly one of the pod watcher's
+/// hand-over and the VM's reconcile creates a replacement: each takes it under one lock.
+#[derive(Debug, Default)]
+pub struct Replacements {
+    by_vm: Mutex<HashMap<ObjectRef<VirtualMachine>, State>>,
+}
+
+impl Replacements {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<VirtualMachine>, State>> {
+        // Every update is one insert or remove: a panicking holder left a whole map.
+        self.by_vm.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `new` replaces `vm`'s pod `old` once `old` is gone.
+    pub fn wait_for(&self, vm: ObjectRef<VirtualMachine>, old: String, new: Pod) {
+        self.lock().insert(vm, State::Waiting(old, Box::new(new)));
+    }
+
+    /// The pod watch shows `vm`'s pod `gone` gone: the replacement waiting for it, if any,
+    /// now handed over.
+    pub fn take_when_gone(
+        &self,
+        vm: &ObjectRef<VirtualMachine>,
+        gone: &str,
+    ) -> Option<Replacement> {
+        let mut by_vm = self.lock();
+        let state = by_vm.get_mut(vm)?;
+        let State::Waiting(old, _) = &*state else {
+            return None;
+        };
+        if old != gone {
+            return None;
+        }
+        let State::Waiting(_, pod) = std::mem::replace(state, State::HandedOver) else {
+            return None;
+        };
+        Some(Replacement {
+            vm: vm.clone(),
+            pod: *pod,
+        })
+    }
+
+    /// The creator finished with `vm`'s replacement (created, or refused).
+    pub fn done(&self, vm: &ObjectRef<VirtualMachine>) {
+        self.lock().remove(vm);
+    }
+
+    /// A reconcile is about to create `vm`'s pod: whether it may — not while a replacement
+    /// handed over is being created. A replacement still waiting is the reconcile's now.
+    pub fn claim(&self, vm: &ObjectRef<VirtualMachine>) -> bool {
+        let mut by_vm = self.lock();
+        match by_vm.get(vm) {
+            Some(State::HandedOver) => false,
+            Some(State::Waiting(..)) => {
+                by_vm.remove(vm);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Forgets `vm`'s replacement: a reconcile decided its pods since, or the VM is gone.
+    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+        self.lock().remove(vm);
+    }
+}
+
+/// Creates each replacement handed over (as many at once as reconciles may run), then asks
+/// for a reconcile of its VM, which reports it. Runs until the pod watcher stops.
+pub async fn create_handed_over(
+    ctx: Arc<Context>,
+    handed: UnboundedReceiver<Replacement>,
+    trigger: Trigger,
+) {
+    let concurrency = usize::from(ctx.options.concurrency);
+    handed
+        .for_each_concurrent(concurrency, |r| {
+            let (ctx, trigger) = (Arc::clone(&ctx), trigger.clone());
+            async move {
+                // A VM deleted meanwhile gets no pod.
+                if ctx.caches.vms.get(&r.vm).is_some() {
+                    create(&ctx, &r).await;
+                } else {
+                    ctx.memory.replacements.done(&r.vm);
+                }
+                trigger.reconcile(r.vm);
+            }
+        })
+        .await;
+}
+
+async fn create(ctx: &Context, r: &Replacement) {
+    let api: Api<Pod> = Api::namespaced(
+        ctx.client.clone(),
+        r.vm.namespace.as_deref().unwrap_or_default(),
+    );
+    // Expected before it is asked for: a reconcile meanwhile waits for it, never creates it
+    // again.
+    ctx.memory
+        .expectations
+        .expect(r.vm.clone(), r.pod.name_any());
+    match create_pod(&api, &r.pod).await {
+        Ok(_) => ctx.memory.create_failures.created(&r.vm),
+        Err(e) => {
+            // The reconcile that follows plans the pod again (and reports a refusal).
+            ctx.memory.expectations.forget(&r.vm);
+            tracing::info!(vm = %r.vm, pod = %r.pod.name_any(), error = %crate::excerpt::excerpt(&e.to_string()), "creating a replacement pod");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replacement_is_handed_over_once_and_only_for_its_old_pod() {
+        let r = Replacements::default();
+        let vm = ObjectRef::new("vm").within("dev");
+        let mut new = Pod::default();
+        new.metadata.name = Some("vm-new".into());
+        r.wait_for(vm.clone(), "vm-old".into(), new);
+        assert!(r.take_when_gone(&vm, "vm-other").is_none());
+        let handed = r.take_when_gone(&vm, "vm-old").expect("handed over");
+        assert_eq!(handed.pod.metadata.name.as_deref(), Some("vm-new"));
+        assert!(r.take_when_gone(&vm, "vm-old").is_none(), "once");
+        // Handed over: no reconcile creates it too, until the creator is done.
+        assert!(!r.claim(&vm));
+        r.done(&vm);
+        assert!(r.claim(&vm));
+        // Waiting: a reconcile that creates the pod first takes it; the watch finds none.
+        r.wait_for(vm.clone(), "vm-old".into(), Pod::default());
+        assert!(r.claim(&vm));
+        assert!(r.take_when_gone(&vm, "vm-old").is_none());
+        r.wait_for(vm.clone(), "vm-old".into(), Pod::default());
+        r.forget(&vm);
+        assert!(r.take_when_gone(&vm, "vm-old").is_none());
+    }
+}
