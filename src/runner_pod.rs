@@ -223,9 +223,11 @@ pub fn pod_images(pod: &Pod) -> BTreeMap<String, String> {
 /// How long a pod that neither a scheduler nor a kubelet has reported on yet counts as
 /// starting: its VM's status is not written for it meanwhile (it shows the next state).
 /// A kubelet reports within a second or two of the pod's binding, and a scheduler that
-/// cannot place the pod says so; this long only when the scheduler is behind (thousands of
-/// pods created at once), and then one status write shows the running pod.
-pub const STARTING_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+/// cannot place the pod says so at once; silence lasts only while the scheduler is behind —
+/// minutes, in a fan-out of tens of thousands of pods — and then one status write shows
+/// the running pod. Pending for longer than kube-scheduler's own wait for unschedulable
+/// pods (5 minutes) matters: the VM says so.
+pub const STARTING_GRACE: std::time::Duration = std::time::Duration::from_mins(5);
 
 /// Whether no scheduler or kubelet has reported on `pod` yet (no container statuses, no
 /// scheduling verdict) while it is younger than [`STARTING_GRACE`] at `now`; then the
