@@ -402,8 +402,7 @@ async fn a_thousand_vms_following_one_tag_cost_one_check_per_interval() {
         .for_each_concurrent(32, |i| {
             let e = &e;
             async move {
-                e.add_unscheduled_vm(&format!("vm-{i}"), false, "Always", COMPUTE)
-                    .await;
+                e.add_vm(&format!("vm-{i}"), false, "Always", COMPUTE).await;
             }
         })
         .await;

@@ -93,6 +93,45 @@ async fn what_the_operator_keeps_of_a_vm_goes_with_it() {
 
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
+async fn a_replacement_made_when_the_old_pod_went_leaves_the_vm_as_any_other() {
+    let e = env("op-handover").await;
+    let op = Operator::start(&[&e.ns], Options::default()).await;
+    e.add_mapping("tilt", tilt_rule("localhost:5000/compute:1"))
+        .await;
+    e.add_vm("live", true, "Always", COMPUTE).await;
+    let first = wait_single_pod(&e, "live", "localhost:5000/compute:1").await;
+    // The old pod terminates through its grace period; its replacement is created once the
+    // pod watch shows it gone.
+    let patch = json!({"spec": {"rules": tilt_rule("localhost:5000/compute:2")}});
+    e.mappings
+        .patch("tilt", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let second = wait_single_pod(&e, "live", "localhost:5000/compute:2").await;
+    assert_ne!(second.uid(), first.uid());
+    // Afterwards the VM is handled as any other: its pod deleted by someone, it restarts.
+    e.pods
+        .delete(&second.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_vm(&e, "live", "restarted", |v| {
+        v.status.as_ref().is_some_and(|s| s.restart_count == 1)
+    })
+    .await;
+    let third = wait_single_pod(&e, "live", "localhost:5000/compute:2").await;
+    assert_ne!(third.uid(), second.uid());
+    let creates: u64 = op
+        .requests
+        .snapshot()
+        .iter()
+        .filter(|(k, _)| k.verb == "create" && k.resource == "pods")
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(creates, 3, "one create per pod, none twice");
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
 async fn vm_without_mappings_gets_a_pod_with_the_requested_images() {
     let e = env("op-plain").await;
     let _op = Operator::start(&[&e.ns], Options::default()).await;
@@ -285,7 +324,7 @@ async fn pods_are_replaced_per_restart_policy() {
         e.add_unscheduled_vm(name, false, policy, COMPUTE).await;
     }
     // Deleted by someone else while Pending: replaced, whatever the policy.
-    let p = wait_single_pod(&e, "never", COMPUTE_NORMALIZED).await;
+    let p = wait_pod(&e, "never", COMPUTE_NORMALIZED).await;
     e.pods
         .delete(&p.name_any(), &DeleteParams::default())
         .await
@@ -300,7 +339,7 @@ async fn pods_are_replaced_per_restart_policy() {
 
     // Running, then finished.
     for name in ["always", "onfailure", "never"] {
-        let p = wait_single_pod(&e, name, COMPUTE_NORMALIZED).await;
+        let p = wait_pod(&e, name, COMPUTE_NORMALIZED).await;
         set_pod_phase(&e, &p.name_any(), "Running", true).await;
     }
     wait_phase(&e, "always", VmPhase::Running).await;

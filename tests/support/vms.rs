@@ -138,17 +138,7 @@ pub fn resolved<'a>(
 /// Waits until the VM has exactly one live pod whose root disk is `disk`, and its status
 /// names that pod; returns the pod.
 pub async fn wait_single_pod(e: &Env, vm_name: &str, disk: &str) -> Arc<Pod> {
-    let pods = wait_list(
-        e.pods.clone(),
-        pods_of(vm_name),
-        &format!("one pod of {vm_name} with {disk}"),
-        |pods| {
-            let l = live(pods);
-            pods.len() == 1 && l.len() == 1 && root_disk(l[0]) == disk
-        },
-    )
-    .await;
-    let pod = Arc::clone(&pods[0]);
+    let pod = wait_pod(e, vm_name, disk).await;
     let name = pod.name_any();
     wait_list(
         e.vms.clone(),
@@ -206,6 +196,22 @@ pub async fn wait_condition(
         condition(v, ty).is_some_and(|c| c.1 == reason && c.2.contains(text))
     })
     .await
+}
+
+/// Waits until `vm_name` has one pod, live, with `disk` (whether its status names it yet or
+/// not: a pod no scheduler or kubelet has reported on is not reported for minutes).
+pub async fn wait_pod(e: &Env, vm_name: &str, disk: &str) -> Arc<Pod> {
+    let pods = wait_list(
+        e.pods.clone(),
+        pods_of(vm_name),
+        &format!("one pod of {vm_name} with {disk}"),
+        |pods| {
+            let l = live(pods);
+            pods.len() == 1 && l.len() == 1 && root_disk(l[0]) == disk
+        },
+    )
+    .await;
+    Arc::clone(&pods[0])
 }
 
 /// Waits until the VM's `ImagesResolved` condition has `reason` (and its message contains

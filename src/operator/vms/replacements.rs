@@ -13,23 +13,33 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::api::VirtualMachine;
+use crate::api::{ResolvedImage, VirtualMachine};
 use crate::operator::context::Context;
 use crate::operator::vms::trigger::Trigger;
 use crate::operator::vms::writes::create_pod;
+use crate::runner_pod;
+
+/// A replacement pod, as little as builds it again from its VM: its name, the images and
+/// the restart count it runs (a whole pod per VM of a fan-out would take megabytes).
+#[derive(Debug, Clone)]
+pub struct NewPod {
+    pub name: String,
+    pub images: Box<[ResolvedImage]>,
+    pub restart_count: i32,
+}
 
 /// A replacement handed over: the VM and its new pod.
 #[derive(Debug, Clone)]
 pub struct Replacement {
     pub vm: ObjectRef<VirtualMachine>,
-    pub pod: Pod,
+    pub pod: NewPod,
 }
 
 /// Where a VM's replacement is.
 #[derive(Debug)]
 enum State {
     /// Waiting for the old pod (its name) to go.
-    Waiting(String, Box<Pod>),
+    Waiting(String, NewPod),
     /// Handed over to the creator, which has not finished.
     HandedOver,
 }
@@ -48,8 +58,8 @@ impl Replacements {
     }
 
     /// `new` replaces `vm`'s pod `old` once `old` is gone.
-    pub fn wait_for(&self, vm: ObjectRef<VirtualMachine>, old: String, new: Pod) {
-        self.lock().insert(vm, State::Waiting(old, Box::new(new)));
+    pub fn wait_for(&self, vm: ObjectRef<VirtualMachine>, old: String, new: NewPod) {
+        self.lock().insert(vm, State::Waiting(old, new));
     }
 
     /// The pod watch shows `vm`'s pod `gone` gone: the replacement waiting for it, if any,
@@ -72,7 +82,7 @@ impl Replacements {
         };
         Some(Replacement {
             vm: vm.clone(),
-            pod: *pod,
+            pod,
         })
     }
 
@@ -113,11 +123,15 @@ pub async fn create_handed_over(
         .for_each_concurrent(concurrency, |r| {
             let (ctx, trigger) = (Arc::clone(&ctx), trigger.clone());
             async move {
-                // A VM deleted meanwhile gets no pod.
-                if ctx.caches.vms.get(&r.vm).is_some() {
-                    create(&ctx, &r).await;
-                } else {
-                    ctx.memory.replacements.done(&r.vm);
+                // Built from the VM as it is now: one deleted meanwhile gets no pod, and
+                // one whose spec changed gets the pod its reconcile plans.
+                let pod = ctx.caches.vms.get(&r.vm).and_then(|vm| {
+                    runner_pod::build(&vm, &r.pod.images, r.pod.restart_count)
+                        .filter(|pod| pod.name_any() == r.pod.name)
+                });
+                match pod {
+                    Some(pod) => create(&ctx, &r.vm, &pod).await,
+                    None => ctx.memory.replacements.done(&r.vm),
                 }
                 trigger.reconcile(r.vm);
             }
@@ -125,24 +139,22 @@ pub async fn create_handed_over(
         .await;
 }
 
-async fn create(ctx: &Context, r: &Replacement) {
+async fn create(ctx: &Context, vm: &ObjectRef<VirtualMachine>, pod: &Pod) {
     let api: Api<Pod> = Api::namespaced(
         ctx.client.clone(),
-        r.vm.namespace.as_deref().unwrap_or_default(),
+        vm.namespace.as_deref().unwrap_or_default(),
     );
-    // Expected before it is asked for: a reconcile meanwhile waits for it, never creates it
-    // again.
-    ctx.memory
-        .expectations
-        .expect(r.vm.clone(), r.pod.name_any());
-    match create_pod(&api, &r.pod).await {
-        Ok(_) => ctx.memory.create_failures.created(&r.vm),
+    match create_pod(&api, pod).await {
+        Ok(_) => {
+            ctx.memory.expectations.expect(vm.clone(), pod.name_any());
+            ctx.memory.create_failures.created(vm);
+        }
         Err(e) => {
             // The reconcile that follows plans the pod again (and reports a refusal).
-            ctx.memory.expectations.forget(&r.vm);
-            tracing::info!(vm = %r.vm, pod = %r.pod.name_any(), error = %crate::excerpt::excerpt(&e.to_string()), "creating a replacement pod");
+            tracing::info!(%vm, pod = %pod.name_any(), error = %crate::excerpt::excerpt(&e.to_string()), "creating a replacement pod");
         }
     }
+    ctx.memory.replacements.done(vm);
 }
 
 #[cfg(test)]
@@ -153,22 +165,25 @@ mod tests {
     fn a_replacement_is_handed_over_once_and_only_for_its_old_pod() {
         let r = Replacements::default();
         let vm = ObjectRef::new("vm").within("dev");
-        let mut new = Pod::default();
-        new.metadata.name = Some("vm-new".into());
-        r.wait_for(vm.clone(), "vm-old".into(), new);
+        let new = || NewPod {
+            name: "vm-new".into(),
+            images: Box::default(),
+            restart_count: 0,
+        };
+        r.wait_for(vm.clone(), "vm-old".into(), new());
         assert!(r.take_when_gone(&vm, "vm-other").is_none());
         let handed = r.take_when_gone(&vm, "vm-old").expect("handed over");
-        assert_eq!(handed.pod.metadata.name.as_deref(), Some("vm-new"));
+        assert_eq!(handed.pod.name, "vm-new");
         assert!(r.take_when_gone(&vm, "vm-old").is_none(), "once");
         // Handed over: no reconcile creates it too, until the creator is done.
         assert!(!r.claim(&vm));
         r.done(&vm);
         assert!(r.claim(&vm));
         // Waiting: a reconcile that creates the pod first takes it; the watch finds none.
-        r.wait_for(vm.clone(), "vm-old".into(), Pod::default());
+        r.wait_for(vm.clone(), "vm-old".into(), new());
         assert!(r.claim(&vm));
         assert!(r.take_when_gone(&vm, "vm-old").is_none());
-        r.wait_for(vm.clone(), "vm-old".into(), Pod::default());
+        r.wait_for(vm.clone(), "vm-old".into(), new());
         r.forget(&vm);
         assert!(r.take_when_gone(&vm, "vm-old").is_none());
     }

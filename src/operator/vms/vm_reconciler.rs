@@ -14,6 +14,7 @@ use crate::conditions;
 use crate::namespaced_name::NamespacedName;
 use crate::operator::context::Context;
 use crate::operator::tags::followed_tags::{Followed, Lookup};
+use crate::operator::vms::replacements::NewPod;
 use crate::operator::vms::writes::{
     PodDeletion, Written, apply_status, create_pod, delete_pod, relabel_pod,
 };
@@ -322,11 +323,14 @@ async fn apply(
                         create(ctx, &pods, &vm_ref, new).await?;
                     }
                     PodDeletion::Terminating | PodDeletion::Replaced => {
-                        ctx.memory.replacements.wait_for(
-                            vm_ref.clone(),
-                            name.clone(),
-                            (**new).clone(),
-                        );
+                        let new = NewPod {
+                            name: new.name_any(),
+                            images: plan.status.resolved_images.clone().into(),
+                            restart_count: plan.status.restart_count,
+                        };
+                        ctx.memory
+                            .replacements
+                            .wait_for(vm_ref.clone(), name.clone(), new);
                         requeue = Some(TERMINATING_RECHECK);
                     }
                 }
