@@ -50,7 +50,9 @@ pub use options::{DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretNam
 pub use tags::token_file::TokenFile;
 pub use vms::vm_reconciler::ReconcileError;
 pub use vms::writes::FIELD_MANAGER;
+pub use watches::cached_pod::CachedPod;
 pub use watches::caches::{Caches, CachesListed, Listed};
+pub use watches::projection::Projection;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::namespaced_name::NamespacedName;
@@ -62,7 +64,6 @@ use tags::{credentials_watcher, push_endpoint, tag_follower};
 use vms::trigger::Trigger;
 use vms::{pod_watcher, replacements, vm_reconciler};
 use watches::cache_events::{self, CacheEvent, Source};
-use watches::cached_pod::CachedPod;
 use watches::invalid_objects::{self, Unreadable};
 use watches::unreadable_mappings::UnreadableMappings;
 

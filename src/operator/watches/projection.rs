@@ -17,6 +17,7 @@ pub trait Projection {
 impl Projection for CachedPod {
     fn project(&mut self) {
         CachedPod::project(self);
+        compact(self);
     }
 }
 
@@ -30,6 +31,7 @@ impl Projection for Namespace {
 impl Projection for VirtualMachine {
     fn project(&mut self) {
         metadata(&mut self.metadata);
+        compact(self);
     }
 }
 
@@ -43,6 +45,13 @@ impl Projection for ClusterImageMapping {
     fn project(&mut self) {
         metadata(&mut self.metadata);
     }
+}
+
+/// Reallocates `object` at its size: a JSON parser grows lists as it reads them (five
+/// conditions take the room of eight) — for a cached VM and its pod, 1.4 KiB of 6.9
+/// (tests/footprint.rs), kept for as long as the object is cached.
+fn compact<K: Clone>(object: &mut K) {
+    *object = object.clone();
 }
 
 /// The annotation `kubectl apply` keeps a whole copy of the object in.
