@@ -12,9 +12,12 @@ use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kst
 use crate::excerpt::cut_bytes;
 use crate::namespaced_name::NamespacedName;
 use crate::rules::{
-    MappingKey, Mode, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
+    MappingKey, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
 };
-use crate::vm_images::{Resolutions, VmView};
+use crate::vm_images::VmView;
+
+mod vm_tally;
+pub use vm_tally::{Ties, VmCount, VmTally};
 
 /// What a mapping's status is computed from.
 pub struct MappingView<'a> {
@@ -62,106 +65,6 @@ impl<'a> From<&'a ClusterImageMapping> for MappingView<'a> {
 pub struct MappingStatuses {
     pub statuses: BTreeMap<MappingKey, ImageMappingStatus>,
     pub rules_in_conflict: usize,
-}
-
-/// A tie between two rules seen on a VM: the first VM and slot (in name order) it was seen on.
-type Ties = BTreeMap<(RuleRef, RuleRef), (NamespacedName, String)>;
-
-/// What the VMs show about each mapping: VMs per rule, VMs awaiting a restart, ties.
-#[derive(Default)]
-struct VmTally {
-    affected: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<NamespacedName>>>,
-    awaiting: BTreeMap<MappingKey, BTreeSet<NamespacedName>>,
-    /// The references each rule's results follow by tag.
-    followed: BTreeMap<MappingKey, BTreeMap<usize, BTreeSet<String>>>,
-    /// `(winner, loser)` pairs.
-    ties: Ties,
-}
-
-impl VmTally {
-    /// Live mappings are counted from what the VMs run (dry-run rules never win there); a
-    /// dry-run mapping from what its rules would decide, so that one that would outrank a
-    /// live mapping does not take that mapping's VMs away from its count.
-    fn count<'a>(
-        set: &'a RuleSet,
-        vms: &[VmView<'a>],
-        awaiting_restart: &BTreeSet<NamespacedName>,
-        default_runner_image: &'a str,
-        dry_runs: &BTreeSet<&MappingKey>,
-    ) -> VmTally {
-        let mut tally = VmTally::default();
-        tally.add(
-            set,
-            vms,
-            default_runner_image,
-            Mode::Live,
-            |_| true,
-            awaiting_restart,
-        );
-        if !dry_runs.is_empty() {
-            // (A dry run changes no pod: no VM waits for a restart because of it.)
-            let dry = |rule: &RuleRef| dry_runs.contains(&rule.mapping);
-            tally.add(
-                set,
-                vms,
-                default_runner_image,
-                Mode::Preview,
-                dry,
-                &BTreeSet::new(),
-            );
-        }
-        tally
-    }
-
-    /// Counts, for the rules that `counts` picks, what they decide in `mode`.
-    fn add<'a>(
-        &mut self,
-        set: &'a RuleSet,
-        vms: &[VmView<'a>],
-        default_runner_image: &'a str,
-        mode: Mode,
-        counts: impl Fn(&RuleRef) -> bool,
-        awaiting_restart: &BTreeSet<NamespacedName>,
-    ) {
-        let mut resolutions = Resolutions::new(set, default_runner_image, mode);
-        for v in vms {
-            let res = resolutions.of(*v);
-            let name = NamespacedName::of(v.vm);
-            let awaiting = awaiting_restart.contains(&name);
-            for slot in &res.slots {
-                let Some(rule) = slot.rule.as_ref().filter(|r| counts(r)) else {
-                    continue;
-                };
-                self.affected
-                    .entry(rule.mapping.clone())
-                    .or_default()
-                    .entry(rule.index)
-                    .or_default()
-                    .insert(name.clone());
-                if let (true, Ok(reference)) = (slot.follow_tag, &slot.outcome) {
-                    self.followed
-                        .entry(rule.mapping.clone())
-                        .or_default()
-                        .entry(rule.index)
-                        .or_default()
-                        .insert(reference.clone());
-                }
-                if awaiting {
-                    self.awaiting
-                        .entry(rule.mapping.clone())
-                        .or_default()
-                        .insert(name.clone());
-                }
-                for loser in &slot.conflicts {
-                    let seen = (name.clone(), slot.slot.clone());
-                    self.ties
-                        .entry((rule.clone(), loser.clone()))
-                        .and_modify(|first| *first = first.clone().min(seen.clone()))
-                        .or_insert(seen);
-                }
-            }
-        }
-    }
 }
 
 /// The problems of every mapping: the engine's, plus the ties seen on VMs that the engine
@@ -240,7 +143,7 @@ const FOLLOWED_TAGS_SHOWN: usize = 8;
 
 /// The status of every mapping in `mappings`, given the rule set with dry-run mappings
 /// taking part (`preview`), the VMs, and which of them (`namespace/name`) wait for a restart
-/// (see [`crate::vm_plan::awaits_restart`]).
+/// (see [`crate::vm_plan::awaits_restart`]): a full count, see [`statuses`].
 #[must_use]
 pub fn mapping_statuses<'a>(
     preview: &'a RuleSet,
@@ -251,37 +154,49 @@ pub fn mapping_statuses<'a>(
     digest_of: &dyn Fn(&MappingKey, &str) -> Option<String>,
     now: &Time,
 ) -> MappingStatuses {
-    let dry_runs: BTreeSet<&MappingKey> = mappings
-        .iter()
-        .filter(|m| m.dry_run)
-        .map(|m| &m.key)
-        .collect();
-    let mut tally = VmTally::count(
+    let tally = VmTally::count(
         preview,
         vms,
         awaiting_restart,
         default_runner_image,
-        &dry_runs,
+        &dry_runs(mappings),
     );
-    let mut problems = problems_by_mapping(preview, std::mem::take(&mut tally.ties));
+    statuses(preview, mappings, &tally, digest_of, now)
+}
+
+/// The mappings of `mappings` that are dry runs.
+#[must_use]
+pub fn dry_runs<'m>(mappings: &'m [MappingView<'_>]) -> BTreeSet<&'m MappingKey> {
+    mappings
+        .iter()
+        .filter(|m| m.dry_run)
+        .map(|m| &m.key)
+        .collect()
+}
+
+/// The status of every mapping in `mappings`, given the rule set with dry-run mappings
+/// taking part (`preview`) and what the VMs show (`tally`, counted under `preview`).
+#[must_use]
+pub fn statuses(
+    preview: &RuleSet,
+    mappings: &[MappingView<'_>],
+    tally: &VmTally,
+    digest_of: &dyn Fn(&MappingKey, &str) -> Option<String>,
+    now: &Time,
+) -> MappingStatuses {
+    let mut problems = problems_by_mapping(preview, tally.ties());
     let mut out = MappingStatuses::default();
     for m in mappings {
-        let per_rule = tally.affected.remove(&m.key).unwrap_or_default();
-        let followed = tally.followed.remove(&m.key).unwrap_or_default();
         let own = problems.remove(&m.key).unwrap_or_default();
-        let all_vms: BTreeSet<&NamespacedName> = per_rule.values().flatten().collect();
+        let all_vms = tally.vms_of(&m.key);
         let rules: Vec<RuleStatus> = (0..m.rule_count)
             .map(|i| RuleStatus {
                 index: i32::try_from(i).unwrap_or(i32::MAX),
-                affected_vms: per_rule
-                    .get(&i)
-                    .map_or(0, |s| i32::try_from(s.len()).unwrap_or(i32::MAX)),
+                affected_vms: i32::try_from(tally.vms_of_rule(&m.key, i)).unwrap_or(i32::MAX),
                 problem: RuleProblem::for_rule(&own, i)
                     .map(|p| cut_bytes(&p.to_string(), PROBLEM_LIMIT)),
-                followed_tags: followed
-                    .get(&i)
-                    .into_iter()
-                    .flatten()
+                followed_tags: tally
+                    .followed(&m.key, i)
                     .take(FOLLOWED_TAGS_SHOWN)
                     .map(|reference| FollowedTag {
                         digest: digest_of(&m.key, reference),
@@ -305,10 +220,7 @@ pub fn mapping_statuses<'a>(
             None if m.dry_run => (
                 Status::True,
                 reason::DRY_RUN,
-                format!(
-                    "dry run: would decide images of {} VirtualMachines",
-                    all_vms.len()
-                ),
+                format!("dry run: would decide images of {all_vms} VirtualMachines"),
             ),
             None => (Status::True, reason::RULES_VALID, String::new()),
         };
@@ -317,7 +229,7 @@ pub fn mapping_statuses<'a>(
             .map(|p| p.conditions.as_slice())
             .unwrap_or_default();
         let build = Conditions::new(previous, m.generation, now);
-        let awaiting = tally.awaiting.remove(&m.key).unwrap_or_default();
+        let awaiting = tally.awaiting(&m.key);
         let conditions = with_kstatus(
             &build,
             vec![build.build(kind::READY, status, why, message)],
@@ -329,14 +241,14 @@ pub fn mapping_statuses<'a>(
                 observed_generation: m.generation,
                 conditions,
                 rule_count: Some(i32::try_from(m.rule_count).unwrap_or(i32::MAX)),
-                affected_vms: Some(i32::try_from(all_vms.len()).unwrap_or(i32::MAX)),
+                affected_vms: Some(i32::try_from(all_vms).unwrap_or(i32::MAX)),
                 rules,
                 awaiting_restart_count: Some(i32::try_from(awaiting.len()).unwrap_or(i32::MAX))
                     .filter(|&n| n > 0),
                 awaiting_restart: awaiting
-                    .into_iter()
+                    .iter()
                     .take(LISTED_AWAITING)
-                    .map(|vm| vm.to_string())
+                    .map(ToString::to_string)
                     .collect(),
             },
         );

@@ -15,14 +15,28 @@ pub fn affected_vms<'a>(
     vms: impl IntoIterator<Item = VmView<'a>>,
     default_runner_image: &'a str,
 ) -> Vec<&'a VirtualMachine> {
+    resolving_differently(old, new, vms, default_runner_image, &[Mode::Live])
+}
+
+/// The VMs whose resolution in one of `modes` differs between two rule sets, each VM once.
+/// VMs that ask for the same images in the same place are compared once.
+pub fn resolving_differently<'a>(
+    old: &RuleSet,
+    new: &RuleSet,
+    vms: impl IntoIterator<Item = VmView<'a>>,
+    default_runner_image: &'a str,
+    modes: &[Mode],
+) -> Vec<&'a VirtualMachine> {
     let mut differs = HashMap::new();
     vms.into_iter()
         .filter(|v| {
             *differs
                 .entry(v.key(default_runner_image))
                 .or_insert_with(|| {
-                    v.resolve(old, default_runner_image, Mode::Live)
-                        != v.resolve(new, default_runner_image, Mode::Live)
+                    modes.iter().any(|&mode| {
+                        v.resolve(old, default_runner_image, mode)
+                            != v.resolve(new, default_runner_image, mode)
+                    })
                 })
         })
         .map(|v| v.vm)

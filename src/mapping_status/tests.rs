@@ -281,3 +281,135 @@ fn the_list_of_vms_awaiting_a_restart_is_capped_and_counted() {
     assert_eq!(status.awaiting_restart_count, Some(250));
     assert_eq!(status.affected_vms, Some(250));
 }
+
+/// The statuses from a tally kept up to date VM by VM, and from a full count of the same
+/// VMs: they must be equal.
+fn kept_and_counted(
+    set: &RuleSet,
+    mappings: &[MappingView<'_>],
+    kept: &VmTally,
+    vms: &[VmView<'_>],
+    awaiting: &BTreeSet<NamespacedName>,
+) -> (MappingStatuses, MappingStatuses) {
+    let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
+    let full = mapping_statuses(set, mappings, vms, awaiting, "runner", &|_, _| None, &now);
+    let kept = statuses(set, mappings, kept, &|_, _| None, &now);
+    (kept, full)
+}
+
+/// Counts `vm` again into `tally`, as the status writer does for a VM named to it.
+fn count_again(
+    tally: &mut VmTally,
+    set: &RuleSet,
+    vm: &VirtualMachine,
+    dry_runs: &BTreeSet<&MappingKey>,
+    awaiting: bool,
+) {
+    let labels = BTreeMap::new();
+    let view = VmView {
+        vm,
+        namespace_labels: &labels,
+    };
+    let live = view.resolve(set, "runner", crate::rules::Mode::Live);
+    let preview = view.resolve(set, "runner", crate::rules::Mode::Preview);
+    let count = VmCount::of(&live, Some(&preview), dry_runs, awaiting);
+    tally.set(NamespacedName::of(vm), Some(count));
+}
+
+/// Views of `vms`, all in one namespace with `labels`.
+fn views<'a>(vms: &'a [VirtualMachine], labels: &'a BTreeMap<String, String>) -> Vec<VmView<'a>> {
+    vms.iter()
+        .map(|vm| VmView {
+            vm,
+            namespace_labels: labels,
+        })
+        .collect()
+}
+
+#[test]
+fn a_tally_kept_vm_by_vm_equals_a_full_count() {
+    let labels = BTreeMap::new();
+    let inputs = [
+        mapping("alpha", "disk-a", "x.io/a", false),
+        mapping("beta", "disk-a", "y.io/a", false),
+        mapping("gamma", "disk-b", "x.io/b", false),
+        mapping("preview", "disk-c", "z.io/c", true),
+    ];
+    let set = RuleSet::compile(&inputs, &CompileOptions::default());
+    let mappings: Vec<MappingView> = ["alpha", "beta", "gamma", "preview"]
+        .into_iter()
+        .map(|n| MappingView {
+            key: key(n),
+            generation: Some(1),
+            rule_count: 1,
+            dry_run: n == "preview",
+            previous: None,
+        })
+        .collect();
+    let dry = dry_runs(&mappings);
+    let mut vms: Vec<VirtualMachine> = (0..6)
+        .map(|i| {
+            vm(
+                &format!("vm-{i}"),
+                ["disk-a:1", "disk-b:1", "disk-c:1"][i % 3],
+            )
+        })
+        .collect();
+    let mut awaiting = BTreeSet::from([NamespacedName::of(&vms[1])]);
+    let mut kept = VmTally::count(&set, &views(&vms, &labels), &awaiting, "runner", &dry);
+    let (a, b) = kept_and_counted(&set, &mappings, &kept, &views(&vms, &labels), &awaiting);
+    assert_eq!(a.statuses, b.statuses);
+    assert_eq!(a.statuses[&key("gamma")].awaiting_restart, ["dev/vm-1"]);
+    assert_eq!(a.statuses[&key("alpha")].affected_vms, Some(2));
+
+    // A VM moves from disk-a to disk-b, one stops waiting for a restart, one is deleted:
+    // each is counted again on its own.
+    vms[0] = vm("vm-0", "disk-b:2");
+    count_again(&mut kept, &set, &vms[0], &dry, false);
+    awaiting.clear();
+    count_again(&mut kept, &set, &vms[1], &dry, false);
+    let gone = vms.remove(5);
+    kept.set(NamespacedName::of(&gone), None);
+    let (a, b) = kept_and_counted(&set, &mappings, &kept, &views(&vms, &labels), &awaiting);
+    assert_eq!(a.statuses, b.statuses);
+    assert_eq!(a.statuses[&key("alpha")].affected_vms, Some(1));
+    assert!(a.statuses[&key("gamma")].awaiting_restart.is_empty());
+    assert_eq!(kept.vms().count(), 5);
+
+    // The rules change: only the VMs that resolve differently are counted again.
+    let inputs = [
+        mapping("alpha", "disk-a", "x.io/a", false),
+        mapping("gamma", "disk-b", "x.io/b2", false),
+        mapping("preview", "disk-c", "z.io/c", true),
+        mapping("preview-a", "disk-a", "z.io/a", true),
+    ];
+    let new = RuleSet::compile(&inputs, &CompileOptions::default());
+    let mappings: Vec<MappingView> = ["alpha", "gamma", "preview", "preview-a"]
+        .into_iter()
+        .map(|n| MappingView {
+            key: key(n),
+            generation: Some(2),
+            rule_count: 1,
+            dry_run: n.starts_with("preview"),
+            previous: None,
+        })
+        .collect();
+    let dry = dry_runs(&mappings);
+    let modes = [crate::rules::Mode::Live, crate::rules::Mode::Preview];
+    let changed = crate::rule_change::resolving_differently(
+        &set,
+        &new,
+        views(&vms, &labels),
+        "runner",
+        &modes,
+    );
+    // (The disk-c VMs resolve alike.)
+    assert_eq!(changed.len(), 4, "{changed:?}");
+    for vm in changed {
+        count_again(&mut kept, &new, vm, &dry, false);
+    }
+    let (a, b) = kept_and_counted(&new, &mappings, &kept, &views(&vms, &labels), &awaiting);
+    assert_eq!(a.statuses, b.statuses);
+    assert_eq!(a.statuses[&key("preview")].affected_vms, Some(1));
+    assert_eq!(a.rules_in_conflict, b.rules_in_conflict);
+}

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use super::mappings::status_due::StatusDue;
 use kube::Client;
 use kube::runtime::reflector::ObjectRef;
-use tokio::sync::Notify;
 
 use super::mappings::rules_in_force::{RuleChange, RulesInForce};
 use super::observe::health::Health;
@@ -54,8 +54,8 @@ pub struct Context {
     pub memory: VmMemory,
     pub budget: RecreationBudget,
     pub observers: Observers,
-    /// Woken when mapping statuses may need an update.
-    pub mapping_status_due: Notify,
+    /// When mapping statuses may need an update, and for which VMs.
+    pub mapping_status_due: StatusDue,
     /// The tags VMs follow, and their digests.
     pub followed: FollowedTags,
     /// The registries followed tags are checked at.
@@ -94,7 +94,7 @@ impl Context {
             rules: RulesInForce::default(),
             memory: VmMemory::default(),
             observers,
-            mapping_status_due: Notify::new(),
+            mapping_status_due: StatusDue::default(),
         };
         Ok((ctx, event_sender))
     }
@@ -105,6 +105,7 @@ impl Context {
         self.followed.forget(vm);
         self.caches.pod_index.forget(vm);
         self.observers.progress.forget_vm(&vm.into());
+        self.mapping_status_due.vm(vm.into());
     }
 
     /// Compiles the cached mappings and puts them in force.

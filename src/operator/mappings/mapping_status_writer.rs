@@ -1,21 +1,23 @@
 //! Keeps every mapping's status current: computes them all from the caches, writes each
 //! one that changed on its own, so that one refused write never holds back the others.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
 
-use crate::api::{ClusterImageMapping, ImageMapping};
+use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::conditions;
-use crate::mapping_status::{self, MappingView};
+use crate::mapping_status::{self, MappingView, VmCount, VmTally};
 use crate::namespaced_name::NamespacedName;
 use crate::operator::context::Context;
 use crate::operator::vms::writes::{Written, apply_status};
-use crate::rules::{Mode, Scope};
+use crate::rule_change;
+use crate::rules::{MappingKey, Mode, RuleSet, Scope};
 use crate::vm_images::{Resolutions, VmView};
 use crate::vm_plan;
 
@@ -30,42 +32,102 @@ pub async fn run(ctx: Arc<Context>) {
     let listed = ctx.caches.listed.clone();
     futures::future::join(listed.vms.wait(), listed.pods.wait()).await;
     let progress = Arc::clone(&ctx.observers.progress);
+    let mut counted = Counted::default();
     loop {
         ctx.mapping_status_due.notified().await;
         tokio::time::sleep(COALESCE).await;
         let covered = progress.status_pass_start();
-        let failed = write_statuses(&ctx).await;
+        let failed = write_statuses(&ctx, &mut counted).await;
         progress.status_pass_done(covered);
         if failed > 0 {
-            ctx.mapping_status_due.notify_one();
+            ctx.mapping_status_due.mappings();
             tokio::time::sleep(RETRY_AFTER).await;
         }
     }
 }
 
-/// `namespace/name` of the VMs in scope whose pod waits for a restart.
-fn awaiting_restart(ctx: &Context, vms: &[VmView<'_>]) -> BTreeSet<NamespacedName> {
-    let rules = ctx.rules.current();
-    let now = conditions::now();
-    let mut live = Resolutions::new(&rules, &ctx.options.default_runner_image, Mode::Live);
-    vms.iter()
-        .filter(|v| !v.vm.spec.live_reload)
-        .filter(|v| {
-            let pods = ctx.caches.pods_of(v.vm);
-            let pods: Vec<&Pod> = pods.iter().collect();
-            vm_plan::awaits_restart(v.vm, &pods, live.of(**v), &now)
-        })
-        .map(|v| NamespacedName::of(v.vm))
-        .collect()
+/// What the passes keep between them: the VMs' counts, and the rules they were counted
+/// under (none before the first pass).
+#[derive(Default)]
+struct Counted {
+    tally: VmTally,
+    rules: Option<Arc<RuleSet>>,
+}
+
+impl Counted {
+    /// Counts again the VMs named since the last pass and, when the rules changed, those
+    /// that resolve differently under the new ones: a pass costs the VMs whose counts may
+    /// have changed (plus, after a change of rules, a look at each VM's resolution key).
+    fn update(&mut self, ctx: &Context, rules: &Arc<RuleSet>, dry_runs: &BTreeSet<&MappingKey>) {
+        let mut due: HashSet<NamespacedName> = ctx.mapping_status_due.take();
+        let runner = ctx.options.default_runner_image.as_str();
+        match &self.rules {
+            None => {
+                let scope = ctx.caches.vms_in_scope(&ctx.options);
+                due.extend(scope.vms.iter().map(|vm| NamespacedName::of(vm.as_ref())));
+            }
+            Some(old) if !Arc::ptr_eq(old, rules) => {
+                let scope = ctx.caches.vms_in_scope(&ctx.options);
+                // Dry-run rules count from what they would decide.
+                let modes = [Mode::Live, Mode::Preview];
+                let changed =
+                    rule_change::resolving_differently(old, rules, scope.views(), runner, &modes);
+                due.extend(changed.into_iter().map(NamespacedName::of));
+            }
+            Some(_) => {}
+        }
+        self.rules = Some(Arc::clone(rules));
+        if due.is_empty() {
+            return;
+        }
+        let now = conditions::now();
+        let vms: Vec<(NamespacedName, Option<Arc<VirtualMachine>>)> = due
+            .into_iter()
+            .map(|name| {
+                let vm = ctx
+                    .caches
+                    .vms
+                    .get(&ObjectRef::new(&name.name).within(&name.namespace))
+                    .filter(|_| ctx.options.acts_in(&name.namespace));
+                (name, vm)
+            })
+            .collect();
+        let mut labels: HashMap<&str, BTreeMap<String, String>> = HashMap::new();
+        for (name, _) in vms.iter().filter(|(_, vm)| vm.is_some()) {
+            labels
+                .entry(&name.namespace)
+                .or_insert_with(|| ctx.caches.namespace_labels(&name.namespace));
+        }
+        let none = BTreeMap::new();
+        let mut live = Resolutions::new(rules, runner, Mode::Live);
+        let mut preview = Resolutions::new(rules, runner, Mode::Preview);
+        for (name, vm) in &vms {
+            let Some(vm) = vm else {
+                self.tally.set(name.clone(), None);
+                continue;
+            };
+            let view = VmView {
+                vm: vm.as_ref(),
+                namespace_labels: labels.get(name.namespace.as_str()).unwrap_or(&none),
+            };
+            let resolution = live.of(view);
+            let awaiting = !vm.spec.live_reload && {
+                let pods = ctx.caches.pods_of(vm);
+                let pods: Vec<&Pod> = pods.iter().collect();
+                vm_plan::awaits_restart(vm, &pods, resolution, &now)
+            };
+            let preview = (!dry_runs.is_empty()).then(|| preview.of(view));
+            let count = VmCount::of(resolution, preview, dry_runs, awaiting);
+            self.tally.set(name.clone(), Some(count));
+        }
+    }
 }
 
 /// Computes every status and writes those that changed; returns how many writes failed.
-async fn write_statuses(ctx: &Context) -> usize {
+async fn write_statuses(ctx: &Context, counted: &mut Counted) -> usize {
     let rules = ctx.rules.current();
     let mappings = ctx.caches.mappings.state();
     let cluster = ctx.caches.cluster_mappings.state();
-    let scope = ctx.caches.vms_in_scope(&ctx.options);
-    let views = scope.views();
     let mut list: Vec<MappingView> = mappings
         .iter()
         .filter(|m| ctx.options.acts_in(&m.namespace().unwrap_or_default()))
@@ -76,12 +138,11 @@ async fn write_statuses(ctx: &Context) -> usize {
     if ctx.options.cluster_wide() {
         list.extend(cluster.iter().map(|m| MappingView::from(m.as_ref())));
     }
-    let computed = mapping_status::mapping_statuses(
+    counted.update(ctx, &rules, &mapping_status::dry_runs(&list));
+    let computed = mapping_status::statuses(
         &rules,
         &list,
-        &views,
-        &awaiting_restart(ctx, &views),
-        &ctx.options.default_runner_image,
+        &counted.tally,
         &|mapping, reference| ctx.followed.digest_for_mapping(mapping, reference),
         &conditions::now(),
     );

@@ -8,3 +8,4 @@ pub mod local_registry_watcher;
 pub mod mapping_status_writer;
 pub mod rules_in_force;
 pub mod rules_watcher;
+pub mod status_due;

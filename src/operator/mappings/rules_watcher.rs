@@ -132,7 +132,7 @@ pub async fn run(
             (name, l)
         })
         .collect();
-    ctx.mapping_status_due.notify_one();
+    ctx.mapping_status_due.mappings();
     let _ = ready.send(());
 
     while let Some(first) = changes.next().await {
@@ -241,7 +241,7 @@ fn apply_rule_change(ctx: &Context, trigger: &Trigger) {
     for vm in affected {
         trigger.reconcile(ObjectRef::from_obj(vm));
     }
-    ctx.mapping_status_due.notify_one();
+    ctx.mapping_status_due.mappings();
 }
 
 /// Asks for a reconcile of every VM of a namespace.

@@ -67,6 +67,9 @@ pub async fn reconcile(
     let _running = health.reconcile_started();
     let started = std::time::Instant::now();
     let result = reconcile_vm(&vm, &ctx).await;
+    // Mapping statuses count VMs and list those awaiting a restart: this one is counted
+    // again, whatever the reconcile did.
+    ctx.mapping_status_due.vm(NamespacedName::of(vm.as_ref()));
     let metrics = &ctx.observers.metrics;
     metrics.reconciled(started.elapsed().as_secs_f64());
     if let Err(e) = &result {
@@ -341,8 +344,6 @@ async fn apply(
     ctx.recorder
         .queue(vm, plan.events.iter().filter(|e| !e.warning))
         .await;
-    // Mapping statuses count VMs and list those awaiting a restart.
-    ctx.mapping_status_due.notify_one();
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
