@@ -375,6 +375,8 @@ fn a_tally_kept_vm_by_vm_equals_a_full_count() {
     assert_eq!(a.statuses[&key("alpha")].affected_vms, Some(1));
     assert!(a.statuses[&key("gamma")].awaiting_restart.is_empty());
     assert_eq!(kept.vms().count(), 5);
+    // Five VMs, three distinct counts (disk-a, disk-b, disk-c), each kept once.
+    assert_eq!(kept.distinct(), 3);
 
     // The rules change: only the VMs that resolve differently are counted again.
     let inputs = [

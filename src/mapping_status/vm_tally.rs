@@ -2,7 +2,8 @@
 //! tags, ties — kept up to date VM by VM: a VM whose resolution changed costs its own entry,
 //! not a count of every VM. Pure.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::namespaced_name::NamespacedName;
 use crate::rules::{MappingKey, Mode, RuleRef, RuleSet};
@@ -12,7 +13,7 @@ use crate::vm_images::{Resolutions, VmResolution, VmView};
 pub type Ties = BTreeMap<(RuleRef, RuleRef), (NamespacedName, String)>;
 
 /// What one VM adds to the mapping statuses.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct VmCount {
     /// The rules that decide one of its slots (or, for dry-run mappings, would).
     rules: BTreeSet<RuleRef>,
@@ -72,7 +73,10 @@ impl VmCount {
 /// The counts of every VM, and their sums by mapping and rule.
 #[derive(Debug, Default)]
 pub struct VmTally {
-    counts: HashMap<NamespacedName, VmCount>,
+    counts: HashMap<NamespacedName, Arc<VmCount>>,
+    /// The distinct counts, shared by the VMs that have them: VMs that ask for the same
+    /// images in the same place have equal counts, so ten thousand VMs hold a few.
+    distinct: HashSet<Arc<VmCount>>,
     /// VMs per mapping (each once, whatever number of its rules decide it).
     by_mapping: BTreeMap<MappingKey, usize>,
     /// VMs per rule (by mapping and index).
@@ -133,16 +137,34 @@ impl VmTally {
     /// VM's old and new entries only; nothing when they are equal.
     pub fn set(&mut self, vm: NamespacedName, count: Option<VmCount>) {
         let count = count.filter(|c| *c != VmCount::default());
-        if self.counts.get(&vm) == count.as_ref() {
+        if self.counts.get(&vm).map(AsRef::as_ref) == count.as_ref() {
             return;
         }
         if let Some(old) = self.counts.remove(&vm) {
             self.apply(&vm, &old, false);
+            // Held by the set of distinct counts and here only: no other VM has it.
+            if Arc::strong_count(&old) == 2 {
+                self.distinct.remove(&old);
+            }
         }
         if let Some(new) = count {
+            let new = match self.distinct.get(&new) {
+                Some(shared) => Arc::clone(shared),
+                None => {
+                    let new = Arc::new(new);
+                    self.distinct.insert(Arc::clone(&new));
+                    new
+                }
+            };
             self.apply(&vm, &new, true);
             self.counts.insert(vm, new);
         }
+    }
+
+    /// How many distinct counts the VMs share.
+    #[must_use]
+    pub fn distinct(&self) -> usize {
+        self.distinct.len()
     }
 
     /// The VMs counted.
