@@ -148,13 +148,12 @@ impl VmTally {
             }
         }
         if let Some(new) = count {
-            let new = match self.distinct.get(&new) {
-                Some(shared) => Arc::clone(shared),
-                None => {
-                    let new = Arc::new(new);
-                    self.distinct.insert(Arc::clone(&new));
-                    new
-                }
+            let new = if let Some(shared) = self.distinct.get(&new) {
+                Arc::clone(shared)
+            } else {
+                let new = Arc::new(new);
+                self.distinct.insert(Arc::clone(&new));
+                new
             };
             self.apply(&vm, &new, true);
             self.counts.insert(vm, new);
