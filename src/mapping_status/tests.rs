@@ -1,7 +1,7 @@
 use super::*;
 use crate::api::VirtualMachine;
 use crate::fixtures::{mapping_key as key, repository_mapping as mapping, vm_with_disk as vm};
-use crate::rules::CompileOptions;
+use crate::rules::{CompileOptions, MappingInput};
 use k8s_openapi::jiff::Timestamp;
 
 #[test]
@@ -326,6 +326,20 @@ fn views<'a>(vms: &'a [VirtualMachine], labels: &'a BTreeMap<String, String>) ->
         .collect()
 }
 
+/// The views of the mappings `inputs` compile from, at `generation`.
+fn views_of_mappings(inputs: &[MappingInput], generation: i64) -> Vec<MappingView<'static>> {
+    inputs
+        .iter()
+        .map(|m| MappingView {
+            key: key(&m.name),
+            generation: Some(generation),
+            rule_count: m.rules.len(),
+            dry_run: m.dry_run,
+            previous: None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_tally_kept_vm_by_vm_equals_a_full_count() {
     let labels = BTreeMap::new();
@@ -336,16 +350,7 @@ fn a_tally_kept_vm_by_vm_equals_a_full_count() {
         mapping("preview", "disk-c", "z.io/c", true),
     ];
     let set = RuleSet::compile(&inputs, &CompileOptions::default());
-    let mappings: Vec<MappingView> = ["alpha", "beta", "gamma", "preview"]
-        .into_iter()
-        .map(|n| MappingView {
-            key: key(n),
-            generation: Some(1),
-            rule_count: 1,
-            dry_run: n == "preview",
-            previous: None,
-        })
-        .collect();
+    let mappings = views_of_mappings(&inputs, 1);
     let dry = dry_runs(&mappings);
     let mut vms: Vec<VirtualMachine> = (0..6)
         .map(|i| {
@@ -386,16 +391,7 @@ fn a_tally_kept_vm_by_vm_equals_a_full_count() {
         mapping("preview-a", "disk-a", "z.io/a", true),
     ];
     let new = RuleSet::compile(&inputs, &CompileOptions::default());
-    let mappings: Vec<MappingView> = ["alpha", "gamma", "preview", "preview-a"]
-        .into_iter()
-        .map(|n| MappingView {
-            key: key(n),
-            generation: Some(2),
-            rule_count: 1,
-            dry_run: n.starts_with("preview"),
-            previous: None,
-        })
-        .collect();
+    let mappings = views_of_mappings(&inputs, 2);
     let dry = dry_runs(&mappings);
     let modes = [crate::rules::Mode::Live, crate::rules::Mode::Preview];
     let changed = crate::rule_change::resolving_differently(

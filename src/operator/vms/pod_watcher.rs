@@ -2,18 +2,16 @@
 //! reconcile of the VM that controls it — or, when the pod is gone and a replacement waited
 //! for it, hands the replacement over to be created at once.
 
-use futures::{Stream, StreamExt};
-use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
-
 use std::sync::Arc;
 
+use futures::channel::mpsc::UnboundedSender;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 
 use crate::api::{GROUP, VirtualMachine};
-use futures::channel::mpsc::UnboundedSender;
-
 use crate::operator::vms::pod_expectations::PodExpectations;
 use crate::operator::vms::replacements::{Replacement, Replacements};
 use crate::operator::vms::trigger::Trigger;

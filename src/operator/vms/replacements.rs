@@ -71,19 +71,16 @@ impl Replacements {
     ) -> Option<Replacement> {
         let mut by_vm = self.lock();
         let state = by_vm.get_mut(vm)?;
-        let State::Waiting(old, _) = &*state else {
-            return None;
-        };
-        if old != gone {
+        if !matches!(&*state, State::Waiting(old, _) if old == gone) {
             return None;
         }
-        let State::Waiting(_, pod) = std::mem::replace(state, State::HandedOver) else {
-            return None;
-        };
-        Some(Replacement {
-            vm: vm.clone(),
-            pod,
-        })
+        match std::mem::replace(state, State::HandedOver) {
+            State::Waiting(_, pod) => Some(Replacement {
+                vm: vm.clone(),
+                pod,
+            }),
+            State::HandedOver => None,
+        }
     }
 
     /// The creator finished with `vm`'s replacement (created, or refused).
