@@ -1,6 +1,8 @@
 //! Condition types and reasons of every imagemap resource, and the one way conditions are
 //! built: `lastTransitionTime` kept while the status stays, `observedGeneration` always set.
 
+use std::borrow::Borrow;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -169,8 +171,11 @@ pub fn with_kstatus(
 
 /// The condition of `type_` in `conditions`.
 #[must_use]
-pub fn find<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
+pub fn find<'c, C: Borrow<Condition>>(conditions: &'c [C], type_: &str) -> Option<&'c Condition> {
+    conditions
+        .iter()
+        .map(Borrow::borrow)
+        .find(|c| c.type_ == type_)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use crate::api::{ResolvedImage, VirtualMachine};
+use crate::api::{ResolvedImage, VirtualMachine, VirtualMachineStatus};
 use crate::manifests::Manifests;
 use crate::rules::{CompileOptions, MappingInput, Mode, RuleProblem, RuleRef, RuleSet};
 use crate::vm_images::{self, SlotResolution, VmResolution};
@@ -167,14 +167,15 @@ pub fn preview(
                 Mode::Live,
             )
         };
-        let recorded: &[ResolvedImage] = current
+        let recorded: Vec<ResolvedImage> = current
             .and_then(|v| v.status.as_ref())
-            .map_or(&[], |s| &s.resolved_images);
+            .map(VirtualMachineStatus::resolved_image_values)
+            .unwrap_or_default();
         let mut resolution = resolve(&new_set, after, vm);
         // A tag followed before and after keeps the digest the operator last verified.
-        resolution.pin(|_, _| (None, None), recorded);
+        resolution.pin(|_, _| (None, None), &recorded);
         let before = current.map(|v| resolve(&old_set, now, v));
-        let one = vm_preview(vm, current, recorded, &resolution, before.as_ref());
+        let one = vm_preview(vm, current, &recorded, &resolution, before.as_ref());
         if one.action == PodAction::Unchanged && one.new_problems.is_empty() {
             unchanged += 1;
         } else {

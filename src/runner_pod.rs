@@ -136,7 +136,7 @@ pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) 
     let runner = Container {
         name: RUNNER_CONTAINER.into(),
         image: resolved(SLOT_RUNNER),
-        resources: spec.pod_resources.clone(),
+        resources: spec.pod_resources.as_deref().cloned(),
         volume_mounts: Some(vec![mount]),
         ..Default::default()
     };
@@ -171,7 +171,7 @@ pub fn build(vm: &VirtualMachine, images: &[ResolvedImage], restart_count: i32) 
                 .then(|| spec.image_pull_secrets.clone()),
             scheduler_name: spec.scheduler_name.clone(),
             node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
-            affinity: spec.affinity.clone(),
+            affinity: spec.affinity.as_deref().cloned(),
             tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
             service_account_name: spec.service_account_name.clone(),
             termination_grace_period_seconds: Some(

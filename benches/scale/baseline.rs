@@ -51,7 +51,7 @@ fn desired(vm: &VirtualMachine, rules: &RuleSet) -> anyhow::Result<(Pod, Virtual
         phase: Some(VmPhase::Pending),
         pod_name: Some(pod.name_any()),
         observed_generation: vm.metadata.generation,
-        resolved_images: images,
+        resolved_images: images.into_iter().map(std::sync::Arc::new).collect(),
         ..VirtualMachineStatus::default()
     };
     Ok((pod, status))

@@ -5,6 +5,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, LocalObjectReference, ResourceRequirements, Toleration,
@@ -86,7 +87,8 @@ pub struct VirtualMachineSpec {
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// Resources of the `runner` container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_resources: Option<ResourceRequirements>,
+    // Boxed, as `affinity`: most VMs set neither, and the VM cache keeps every VM.
+    pub pod_resources: Option<Box<ResourceRequirements>>,
     /// Scheduler of the runner pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_name: Option<String>,
@@ -95,7 +97,7 @@ pub struct VirtualMachineSpec {
     pub node_selector: BTreeMap<String, String>,
     /// Affinity of the runner pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<Affinity>,
+    pub affinity: Option<Box<Affinity>>,
     /// Tolerations of the runner pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
@@ -209,11 +211,33 @@ pub struct VirtualMachineStatus {
     pub observed_generation: Option<i64>,
     /// Every image slot of the VM: what was requested, what runs, and which rule decided it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resolved_images: Vec<ResolvedImage>,
+    // Each entry and condition is an `Arc`: the VM cache keeps one copy of equal ones,
+    // shared by every VM that holds them.
+    pub resolved_images: Vec<Arc<ResolvedImage>>,
     /// `Ready`, `ImagesResolved`, `ImagesCurrent`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::bounded_conditions::schema")]
-    pub conditions: Vec<Condition>,
+    pub conditions: Vec<Arc<Condition>>,
+}
+
+impl VirtualMachineStatus {
+    /// The conditions, as values.
+    #[must_use]
+    pub fn condition_values(&self) -> Vec<Condition> {
+        self.conditions
+            .iter()
+            .map(|c| Condition::clone(c))
+            .collect()
+    }
+
+    /// The resolved images, as values.
+    #[must_use]
+    pub fn resolved_image_values(&self) -> Vec<ResolvedImage> {
+        self.resolved_images
+            .iter()
+            .map(|i| ResolvedImage::clone(i))
+            .collect()
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // The signature serde calls.
@@ -222,7 +246,7 @@ fn is_zero(n: &i32) -> bool {
 }
 
 /// The resolution of one image slot.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedImage {
     /// `rootDisk`, `kernel`, `runner`, or `extraInitContainers/<name>`.

@@ -16,6 +16,7 @@ pub mod events;
 pub mod pod_decision;
 pub mod restart_backoff;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -149,8 +150,9 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
             .retain(|t| !matches!(t, pod_decision::PodTransition::Created { .. }));
         recheck = Some(wait);
     }
+    let prev_conditions = prev.condition_values();
     let conditions = conditions::conditions(
-        &prev.conditions,
+        &prev_conditions,
         vm.metadata.generation,
         &obs.now,
         &conditions::Readiness {
@@ -162,7 +164,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         obs.resolution,
         &pods.images,
     );
-    let events = events::events(&pods.transitions, &prev.conditions, &conditions);
+    let events = events::events(&pods.transitions, &prev_conditions, &conditions);
     let settling = !pods.actions.is_empty() || pods.waiting || pods.starting.is_some();
     // A warning's state is written at once, or the next pass would warn again.
     let write_status =
@@ -176,8 +178,8 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
             restart_count: pods.restart_count,
             crash_loop_count: pods.crash_loop_count,
             observed_generation: vm.metadata.generation,
-            resolved_images: images,
-            conditions,
+            resolved_images: images.into_iter().map(Arc::new).collect(),
+            conditions: conditions.into_iter().map(Arc::new).collect(),
         },
         actions: pods.actions,
         events,
@@ -189,9 +191,9 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
 /// why (`ImagesResolved=Unknown`, `MappingUnreadable`, stalled until a person fixes it).
 fn held(vm: &VirtualMachine, prev: VirtualMachineStatus, why: &str, now: &Time) -> Plan {
     use crate::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
-    let build = Conditions::new(&prev.conditions, vm.metadata.generation, now);
-    let mut conditions: Vec<_> = prev
-        .conditions
+    let prev_conditions = prev.condition_values();
+    let build = Conditions::new(&prev_conditions, vm.metadata.generation, now);
+    let mut conditions: Vec<_> = prev_conditions
         .iter()
         .filter(|c| {
             ![kind::IMAGES_RESOLVED, kind::STALLED, kind::RECONCILING].contains(&c.type_.as_str())
@@ -209,11 +211,11 @@ fn held(vm: &VirtualMachine, prev: VirtualMachineStatus, why: &str, now: &Time) 
         reconciling: &[],
     };
     let conditions = with_kstatus(&build, conditions, &rules);
-    let events = events::events(&[], &prev.conditions, &conditions);
+    let events = events::events(&[], &prev_conditions, &conditions);
     Plan {
         status: VirtualMachineStatus {
             observed_generation: vm.metadata.generation,
-            conditions,
+            conditions: conditions.into_iter().map(Arc::new).collect(),
             ..prev
         },
         actions: Vec::new(),
@@ -237,7 +239,7 @@ pub fn awaits_restart(
     // Followed tags: the digests the VM's status recorded (the reconcile's last look).
     let images = if resolution.followed().next().is_some() {
         let mut pinned = resolution.clone();
-        pinned.pin(|_, _| (None, None), &prev.resolved_images);
+        pinned.pin(|_, _| (None, None), &prev.resolved_image_values());
         pinned.images()
     } else {
         resolution.images()

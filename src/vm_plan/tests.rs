@@ -678,7 +678,8 @@ fn a_pod_whose_own_grace_period_is_zero_is_deleted_with_one_second() {
     ));
     v.spec.termination_grace_period_seconds = Some(0);
     let built =
-        crate::runner_pod::build(&v, &v.status.as_ref().unwrap().resolved_images, 0).unwrap();
+        crate::runner_pod::build(&v, &v.status.as_ref().unwrap().resolved_image_values(), 0)
+            .unwrap();
     assert_eq!(
         built.spec.unwrap().termination_grace_period_seconds,
         Some(1)

@@ -133,6 +133,7 @@ pub fn resolved<'a>(
         .resolved_images
         .iter()
         .find(|i| i.slot == slot)
+        .map(AsRef::as_ref)
 }
 
 /// Waits until the VM has exactly one live pod whose root disk is `disk`, and its status

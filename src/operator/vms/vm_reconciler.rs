@@ -9,7 +9,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::api::VirtualMachine;
+use crate::api::{VirtualMachine, VirtualMachineStatus};
 use crate::conditions;
 use crate::namespaced_name::NamespacedName;
 use crate::operator::context::Context;
@@ -222,7 +222,8 @@ fn observe_and_plan(
     let previous = vm
         .status
         .as_ref()
-        .map_or(&[][..], |s| &s.resolved_images[..]);
+        .map(VirtualMachineStatus::resolved_image_values)
+        .unwrap_or_default();
     resolution.pin(
         |reference, rule| {
             let key = Followed::of(reference, rule, namespace);
@@ -233,7 +234,7 @@ fn observe_and_plan(
                 _ => (None, None),
             }
         },
-        previous,
+        &previous,
     );
     let now = conditions::now();
     let vm_ref = ObjectRef::from_obj(vm);
@@ -328,7 +329,7 @@ async fn apply(
                     PodDeletion::Terminating | PodDeletion::Replaced => {
                         let new = NewPod {
                             name: new.name_any(),
-                            images: plan.status.resolved_images.clone().into(),
+                            images: plan.status.resolved_image_values().into(),
                             restart_count: plan.status.restart_count,
                         };
                         ctx.memory

@@ -1,7 +1,12 @@
 //! A runner pod as the pod cache keeps it: a type of its own that reads only the fields the
 //! operator uses, so that neither the cache nor a list of thousands of pods holds the rest.
+//! Specs and statuses are shared between pods that have equal ones (pods of VMs asking for
+//! the same images, running alike).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{
@@ -12,7 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::{Deserialize, Serialize};
 
-use crate::runner_pod::{IMAGES_HASH_ANNOTATION, RESTART_COUNT_ANNOTATION};
+use crate::operator::watches::interner::{Interner, Shareable};
+use crate::runner_pod::{IMAGES_HASH_ANNOTATION, RESTART_COUNT_ANNOTATION, VM_LABEL};
 
 /// A container's name and image.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,11 +92,57 @@ pub struct CachedPodStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CachedPod {
     pub metadata: ObjectMeta,
+    /// The label and annotations the operator reads, moved out of `metadata` by
+    /// [`CachedPod::project`].
+    #[serde(skip)]
+    pub kept: KeptMetadata,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec: Option<CachedPodSpec>,
+    pub spec: Option<Arc<CachedPodSpec>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<CachedPodStatus>,
+    pub status: Option<Arc<CachedPodStatus>>,
 }
+
+/// The label and annotations of a runner pod the operator reads, each kept as its value: a
+/// label or annotation map costs over half a KiB per pod, even with one entry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptMetadata {
+    /// The VM label's value.
+    pub vm: Option<String>,
+    pub images_hash: Option<String>,
+    pub restart_count: Option<String>,
+}
+
+impl Shareable for CachedPodSpec {
+    fn hash_into(&self, state: &mut impl Hasher) {
+        for c in self.init_containers.iter().chain(&self.containers) {
+            c.name.hash(state);
+            c.image.hash(state);
+        }
+        self.termination_grace_period_seconds.hash(state);
+    }
+}
+
+impl Shareable for CachedPodStatus {
+    // Enough to tell statuses apart; equal hashes are compared whole.
+    fn hash_into(&self, state: &mut impl Hasher) {
+        self.phase.hash(state);
+        for c in &self.conditions {
+            c.type_.hash(state);
+            c.status.hash(state);
+        }
+        for c in self
+            .init_container_statuses
+            .iter()
+            .chain(&self.container_statuses)
+        {
+            c.name.hash(state);
+            c.ready.hash(state);
+        }
+    }
+}
+
+static SPECS: LazyLock<Interner<CachedPodSpec>> = LazyLock::new(Interner::default);
+static STATUSES: LazyLock<Interner<CachedPodStatus>> = LazyLock::new(Interner::default);
 
 impl Resource for CachedPod {
     type DynamicType = ();
@@ -120,13 +172,38 @@ impl Resource for CachedPod {
 }
 
 impl CachedPod {
-    /// Drops what the metadata holds beyond the operator's reads: managed fields and every
-    /// annotation but the two the operator writes.
+    /// Keeps of the metadata what the operator reads — the VM label's and the two
+    /// annotations' values out of their maps — and shares the spec and status with pods
+    /// that have equal ones.
     pub fn project(&mut self) {
-        self.metadata.managed_fields = None;
-        if let Some(annotations) = self.metadata.annotations.as_mut() {
-            annotations.retain(|k, _| k == IMAGES_HASH_ANNOTATION || k == RESTART_COUNT_ANNOTATION);
-        }
+        let meta = std::mem::take(&mut self.metadata);
+        let mut labels = meta.labels.unwrap_or_default();
+        let mut annotations = meta.annotations.unwrap_or_default();
+        self.kept = KeptMetadata {
+            vm: labels.remove(VM_LABEL),
+            images_hash: annotations.remove(IMAGES_HASH_ANNOTATION),
+            restart_count: annotations.remove(RESTART_COUNT_ANNOTATION),
+        };
+        self.metadata = ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+            finalizers: meta.finalizers,
+            owner_references: meta.owner_references,
+            ..ObjectMeta::default()
+        };
+        self.spec = self.spec.take().map(|s| SPECS.intern(s));
+        self.status = self.status.take().map(|s| STATUSES.intern(s));
+    }
+
+    /// The value of the VM label.
+    #[must_use]
+    pub fn vm_label(&self) -> Option<&str> {
+        self.kept.vm.as_deref()
     }
 
     /// The pod with what the cache kept, for the readers of [`Pod`].
@@ -160,8 +237,22 @@ impl CachedPod {
                     .collect()
             })
         };
+        let kept = |pairs: &[(&str, &Option<String>)]| -> Option<BTreeMap<String, String>> {
+            let map: BTreeMap<String, String> = pairs
+                .iter()
+                .filter_map(|(k, v)| Some(((*k).to_string(), (*v).clone()?)))
+                .collect();
+            (!map.is_empty()).then_some(map)
+        };
         Pod {
-            metadata: self.metadata.clone(),
+            metadata: ObjectMeta {
+                labels: kept(&[(VM_LABEL, &self.kept.vm)]),
+                annotations: kept(&[
+                    (IMAGES_HASH_ANNOTATION, &self.kept.images_hash),
+                    (RESTART_COUNT_ANNOTATION, &self.kept.restart_count),
+                ]),
+                ..self.metadata.clone()
+            },
             spec: self.spec.as_ref().map(|s| PodSpec {
                 init_containers: (!s.init_containers.is_empty())
                     .then(|| containers(&s.init_containers)),

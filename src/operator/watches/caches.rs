@@ -14,7 +14,6 @@ use crate::operator::options::Options;
 use crate::operator::watches::cached_pod::CachedPod;
 use crate::operator::watches::pod_index::PodIndex;
 use crate::rules::{MappingInput, Scope};
-use crate::runner_pod::VM_LABEL;
 use crate::vm_images::{self, VmView};
 
 /// Whether a cache has listed once: marked by its watch stream when every namespace it
@@ -90,7 +89,7 @@ impl Caches {
             .into_iter()
             .filter_map(|pod| self.pods.get(&ObjectRef::new(&pod).within(&ns)))
             .filter(|p| {
-                p.labels().get(VM_LABEL) == Some(&name)
+                p.vm_label() == Some(name.as_str())
                     && p.owner_references()
                         .iter()
                         .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())

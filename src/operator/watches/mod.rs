@@ -7,6 +7,7 @@
 pub mod cache_events;
 pub mod cached_pod;
 pub mod caches;
+pub mod interner;
 pub mod invalid_objects;
 pub mod pod_index;
 pub mod projection;

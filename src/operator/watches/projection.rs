@@ -1,12 +1,16 @@
 //! What the caches keep of each object: only the fields the operator reads, so that memory
-//! grows by a small, fixed amount per VM and per pod. (Pods are read into a type of their
-//! own, [`CachedPod`].)
+//! grows by a small, fixed amount per VM and per pod, and one copy of what many objects hold
+//! alike. (Pods are read into a type of their own, [`CachedPod`].)
+
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
-use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::api::{ClusterImageMapping, ImageMapping, ResolvedImage, VirtualMachine};
 use crate::operator::watches::cached_pod::CachedPod;
+use crate::operator::watches::interner::{Interner, Shareable};
 
 /// What a cache keeps of an object of a kind.
 pub trait Projection {
@@ -31,7 +35,40 @@ impl Projection for Namespace {
 impl Projection for VirtualMachine {
     fn project(&mut self) {
         metadata(&mut self.metadata);
+        if let Some(status) = self.status.as_mut() {
+            share(&mut status.resolved_images, &RESOLVED_IMAGES);
+            share(&mut status.conditions, &CONDITIONS);
+        }
         compact(self);
+    }
+}
+
+impl Shareable for Condition {
+    fn hash_into(&self, state: &mut impl Hasher) {
+        self.type_.hash(state);
+        self.status.hash(state);
+        self.reason.hash(state);
+        self.message.hash(state);
+        self.last_transition_time.0.hash(state);
+        self.observed_generation.hash(state);
+    }
+}
+
+impl Shareable for ResolvedImage {
+    fn hash_into(&self, state: &mut impl Hasher) {
+        self.hash(state);
+    }
+}
+
+/// The VMs' conditions: equal among VMs whose state changed within the same second.
+static CONDITIONS: LazyLock<Interner<Condition>> = LazyLock::new(Interner::default);
+/// The VMs' resolved images: equal among VMs that ask for the same images.
+static RESOLVED_IMAGES: LazyLock<Interner<ResolvedImage>> = LazyLock::new(Interner::default);
+
+/// Replaces each of `values` with the copy `interner` shares.
+fn share<T: Shareable + Clone>(values: &mut [Arc<T>], interner: &Interner<T>) {
+    for value in values {
+        *value = interner.intern(Arc::clone(value));
     }
 }
 
