@@ -3,16 +3,19 @@
 //! showed gone: the evidence that a pod its status names is not merely missing from a
 //! label-selected cache.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use kube::runtime::reflector::ObjectRef;
+use smallvec::SmallVec;
 
 use crate::api::VirtualMachine;
 
 #[derive(Debug, Default)]
 struct Index {
-    by_vm: HashMap<ObjectRef<VirtualMachine>, BTreeSet<String>>,
+    /// Sorted; held in place for one pod, a VM's usual number (a set would take a node of
+    /// eleven).
+    by_vm: HashMap<ObjectRef<VirtualMachine>, SmallVec<[String; 1]>>,
     /// VMs without pods: the name of the last one seen gone.
     gone: HashMap<ObjectRef<VirtualMachine>, String>,
 }
@@ -33,14 +36,17 @@ impl PodIndex {
     pub fn insert(&self, vm: ObjectRef<VirtualMachine>, name: String) {
         let mut index = self.lock();
         index.gone.remove(&vm);
-        index.by_vm.entry(vm).or_default().insert(name);
+        let names = index.by_vm.entry(vm).or_default();
+        if let Err(at) = names.binary_search(&name) {
+            names.insert(at, name);
+        }
     }
 
     /// The pod `name` of `vm` is gone.
     pub fn remove(&self, vm: &ObjectRef<VirtualMachine>, name: &str) {
         let mut index = self.lock();
         if let Some(names) = index.by_vm.get_mut(vm) {
-            names.remove(name);
+            names.retain(|n| n.as_str() != name);
             if names.is_empty() {
                 index.by_vm.remove(vm);
             }
