@@ -3,9 +3,11 @@
 //! Warnings are recorded before the status is written; the other Events go through a queue,
 //! off the reconcile's path, and yield to VM work: while reconciles run, queued Events are
 //! sent one at a time, so that a fan-out's pod and status writes go first; the rest follow
-//! when the work is done.
+//! when the work is done. A failed write is logged, never fatal: the first of a run of
+//! failures, then how many failed once writes succeed again.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -63,6 +65,26 @@ struct Queued {
     at: Timestamp,
 }
 
+/// Failed Event writes, logged without a flood: the first of a run of failures with its
+/// error, then how many failed, once one succeeds again. An API server that refuses Events —
+/// or the client of an operator that stops — fails every queued Event, thousands at once.
+#[derive(Debug, Default)]
+struct Failures {
+    run: AtomicU64,
+}
+
+impl Failures {
+    /// One write failed: whether it is the first of a run (to be logged).
+    fn failed(&self) -> bool {
+        self.run.fetch_add(1, Ordering::Relaxed) == 0
+    }
+
+    /// One write succeeded: how many failed since the logged one.
+    fn succeeded(&self) -> u64 {
+        self.run.swap(0, Ordering::Relaxed).saturating_sub(1)
+    }
+}
+
 /// Records Events: [`EventRecorder::record`] at once, [`EventRecorder::queue`] through the
 /// sender task.
 #[derive(Clone)]
@@ -70,6 +92,7 @@ pub struct EventRecorder {
     client: Client,
     instance: String,
     queue: mpsc::Sender<Queued>,
+    failures: Arc<Failures>,
 }
 
 impl EventRecorder {
@@ -84,14 +107,17 @@ impl EventRecorder {
         let (queue, mut queued) = mpsc::channel::<Queued>(QUEUE);
         let sender_client = client.clone();
         let busy = Arc::new(busy);
+        let failures = Arc::new(Failures::default());
+        let sender_failures = Arc::clone(&failures);
         let one_at_a_time = Arc::new(Semaphore::new(1));
         let sender = futures::stream::poll_fn(move |cx| queued.poll_recv(cx)).for_each_concurrent(
             SENDERS,
             move |queued: Queued| {
-                let (client, busy, turn) = (
+                let (client, busy, turn, failures) = (
                     sender_client.clone(),
                     Arc::clone(&busy),
                     Arc::clone(&one_at_a_time),
+                    Arc::clone(&sender_failures),
                 );
                 let event = event(&queued.ev, queued.regarding, &sender_instance, queued.at);
                 async move {
@@ -101,7 +127,7 @@ impl EventRecorder {
                     } else {
                         None
                     };
-                    create(&client, &event).await;
+                    create(&client, &event, &failures).await;
                 }
             },
         );
@@ -110,6 +136,7 @@ impl EventRecorder {
                 client,
                 instance,
                 queue,
+                failures,
             },
             sender,
         )
@@ -129,7 +156,7 @@ impl EventRecorder {
     /// Records `events` on `vm` now; a failure is logged, never fatal.
     pub async fn record<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a VmEvent>) {
         for event in self.events(vm, events) {
-            create(&self.client, &event).await;
+            create(&self.client, &event, &self.failures).await;
         }
     }
 
@@ -143,6 +170,7 @@ impl EventRecorder {
         create(
             &self.client,
             &event(&ev, regarding, &self.instance, Timestamp::now()),
+            &self.failures,
         )
         .await;
     }
@@ -165,18 +193,42 @@ impl EventRecorder {
     }
 }
 
-async fn create(client: &Client, event: &Event) {
+async fn create(client: &Client, event: &Event, failures: &Failures) {
     let ns = event.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<Event> = Api::namespaced(client.clone(), ns);
-    if let Err(e) = api.create(&PostParams::default(), event).await {
-        let about = event.regarding.as_ref().and_then(|r| r.name.as_deref());
-        tracing::warn!(vm = ?about, reason = ?event.reason, error = %e, "could not record event");
+    match api.create(&PostParams::default(), event).await {
+        Ok(_) => {
+            let unlogged = failures.succeeded();
+            if unlogged > 0 {
+                tracing::warn!(
+                    failed = unlogged,
+                    "could not record more events after the one logged; recording again"
+                );
+            }
+        }
+        Err(e) if failures.failed() => {
+            let about = event.regarding.as_ref().and_then(|r| r.name.as_deref());
+            tracing::warn!(vm = ?about, reason = ?event.reason, error = %e, "could not record event (the next failures are counted until one succeeds)");
+        }
+        Err(_) => {}
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_failed_writes_is_logged_once_then_counted() {
+        let failures = Failures::default();
+        assert_eq!(failures.succeeded(), 0);
+        assert!(failures.failed(), "the first failure is logged");
+        assert!(!failures.failed() && !failures.failed());
+        assert_eq!(failures.succeeded(), 2, "the two after it, counted");
+        assert_eq!(failures.succeeded(), 0);
+        assert!(failures.failed(), "a new run is logged again");
+        assert_eq!(failures.succeeded(), 0);
+    }
 
     #[test]
     fn an_event_names_its_vm_and_its_reporter() {
