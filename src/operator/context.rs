@@ -70,9 +70,8 @@ impl Context {
         caches: Caches,
         observers: Observers,
     ) -> anyhow::Result<(Context, impl Future<Output = ()> + Send + 'static)> {
-        let health = Arc::clone(&observers.health);
         let (recorder, event_sender) =
-            EventRecorder::new(client.clone(), move || health.reconciles_running() > 0);
+            EventRecorder::new(client.clone(), observers.health.running_reconciles());
         let ctx = Context {
             recorder,
             client,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
+use tokio::sync::watch;
 
 use crate::operator::observe::metrics::Metrics;
 
@@ -39,6 +40,8 @@ pub struct Health {
     unserved_since: AtomicU64,
     /// Start times of the reconciles running now, by a sequence number.
     in_flight: Mutex<BTreeMap<u64, u64>>,
+    /// How many reconciles run now, for tasks that wait until none does.
+    running_count: watch::Sender<usize>,
     next_reconcile: AtomicU64,
     /// Under leader election, while not leading.
     standing_by: AtomicBool,
@@ -59,6 +62,7 @@ impl Default for Health {
             controller_running: AtomicBool::new(false),
             unserved_since: AtomicU64::new(0),
             in_flight: Mutex::new(BTreeMap::new()),
+            running_count: watch::Sender::new(0),
             next_reconcile: AtomicU64::new(0),
             standing_by: AtomicBool::new(false),
             lease_seen: AtomicU64::new(0),
@@ -77,7 +81,9 @@ pub struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.health.running().remove(&self.id);
+        let mut running = self.health.running();
+        running.remove(&self.id);
+        self.health.running_count.send_replace(running.len());
     }
 }
 
@@ -122,13 +128,21 @@ impl Health {
     pub fn reconcile_started(&self) -> InFlight<'_> {
         self.unserved_since.store(0, Ordering::Relaxed);
         let id = self.next_reconcile.fetch_add(1, Ordering::Relaxed);
-        self.running().insert(id, self.now());
+        let mut running = self.running();
+        running.insert(id, self.now());
+        self.running_count.send_replace(running.len());
         InFlight { health: self, id }
     }
 
     /// How many reconciles run now.
     pub fn reconciles_running(&self) -> usize {
         self.running().len()
+    }
+
+    /// How many reconciles run, as it changes.
+    #[must_use]
+    pub fn running_reconciles(&self) -> watch::Receiver<usize> {
+        self.running_count.subscribe()
     }
 
     /// A watch delivered an event (`true`) or failed (`false`).

@@ -1,10 +1,10 @@
 //! Recording a plan's Events on its VM (`events.k8s.io/v1`). Each Event is created once,
 //! with a name the API server generates: no cache of past Events, no read-modify-write.
 //! Warnings are recorded before the status is written; the other Events go through a queue,
-//! off the reconcile's path, and yield to VM work: while reconciles run, queued Events are
-//! sent one at a time, so that a fan-out's pod and status writes go first; the rest follow
-//! when the work is done. A failed write is logged, never fatal: the first of a run of
-//! failures, then how many failed once writes succeed again.
+//! off the reconcile's path, and yield to VM work: while reconciles run, queued Events wait
+//! (one at a time once half the queue waits), so that a fan-out's pod and status writes go
+//! first; the rest follow when the work is done. A failed write is logged, never fatal: the
+//! first of a run of failures, then how many failed once writes succeed again.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::{Client, Resource};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::api::VirtualMachine;
 use crate::excerpt::cut_bytes;
@@ -29,6 +29,8 @@ const NOTE_LIMIT: usize = 1024;
 const QUEUE: usize = 16_384;
 /// Queued Events sent at once while no reconcile runs.
 const SENDERS: usize = 8;
+/// Events waiting beyond which they are sent while reconciles run, one at a time.
+const HOLD: usize = QUEUE / 2;
 /// The controller named in every Event.
 const CONTROLLER: &str = "imagemap.dev/operator";
 
@@ -92,37 +94,49 @@ pub struct EventRecorder {
     client: Client,
     instance: String,
     queue: mpsc::Sender<Queued>,
+    /// How many Events wait in `queue`.
+    backlog: Arc<watch::Sender<usize>>,
     failures: Arc<Failures>,
 }
 
 impl EventRecorder {
-    /// A recorder and its sender task, which runs until every recorder is dropped; while
-    /// `busy` says VM work is running, the task sends one Event at a time.
+    /// A recorder and its sender task, which runs until every recorder is dropped. While
+    /// `running` (the reconciles running) is above zero, a queued Event waits until it falls
+    /// to zero — unless half the queue is waiting: then Events go one at a time (a reconcile
+    /// waits while the queue is full, so they may never hold it up).
     pub fn new(
         client: Client,
-        busy: impl Fn() -> bool + Send + Sync + 'static,
+        running: watch::Receiver<usize>,
     ) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| CONTROLLER.into());
         let sender_instance = instance.clone();
         let (queue, mut queued) = mpsc::channel::<Queued>(QUEUE);
+        let backlog = Arc::new(watch::Sender::new(0_usize));
+        let sender_backlog = Arc::clone(&backlog);
         let sender_client = client.clone();
-        let busy = Arc::new(busy);
         let failures = Arc::new(Failures::default());
         let sender_failures = Arc::clone(&failures);
         let one_at_a_time = Arc::new(Semaphore::new(1));
         let sender = futures::stream::poll_fn(move |cx| queued.poll_recv(cx)).for_each_concurrent(
             SENDERS,
             move |queued: Queued| {
-                let (client, busy, turn, failures) = (
+                sender_backlog.send_modify(|n| *n = n.saturating_sub(1));
+                let (client, mut running, mut backlog, turn, failures) = (
                     sender_client.clone(),
-                    Arc::clone(&busy),
+                    running.clone(),
+                    sender_backlog.subscribe(),
                     Arc::clone(&one_at_a_time),
                     Arc::clone(&sender_failures),
                 );
                 let event = event(&queued.ev, queued.regarding, &sender_instance, queued.at);
                 async move {
+                    // (A channel closed — the operator stops — waits no longer.)
+                    tokio::select! {
+                        _ = running.wait_for(|n| *n == 0) => {}
+                        _ = backlog.wait_for(|n| *n >= HOLD) => {}
+                    }
                     // Never closed: the semaphore lives as long as the task.
-                    let _turn = if busy() {
+                    let _turn = if *running.borrow() > 0 {
                         turn.acquire_owned().await.ok()
                     } else {
                         None
@@ -136,6 +150,7 @@ impl EventRecorder {
                 client,
                 instance,
                 queue,
+                backlog,
                 failures,
             },
             sender,
@@ -187,6 +202,7 @@ impl EventRecorder {
                 regarding: regarding.clone(),
                 at: Timestamp::now(),
             };
+            self.backlog.send_modify(|n| *n += 1);
             // Closed only when the operator stops.
             let _ = self.queue.send(queued).await;
         }
