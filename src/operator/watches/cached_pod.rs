@@ -179,10 +179,16 @@ impl CachedPod {
         let meta = std::mem::take(&mut self.metadata);
         let mut labels = meta.labels.unwrap_or_default();
         let mut annotations = meta.annotations.unwrap_or_default();
+        // (Projected again, a pod keeps what it kept: its maps are gone.)
+        let kept = std::mem::take(&mut self.kept);
         self.kept = KeptMetadata {
-            vm: labels.remove(VM_LABEL),
-            images_hash: annotations.remove(IMAGES_HASH_ANNOTATION),
-            restart_count: annotations.remove(RESTART_COUNT_ANNOTATION),
+            vm: labels.remove(VM_LABEL).or(kept.vm),
+            images_hash: annotations
+                .remove(IMAGES_HASH_ANNOTATION)
+                .or(kept.images_hash),
+            restart_count: annotations
+                .remove(RESTART_COUNT_ANNOTATION)
+                .or(kept.restart_count),
         };
         self.metadata = ObjectMeta {
             name: meta.name,
@@ -206,7 +212,8 @@ impl CachedPod {
         self.kept.vm.as_deref()
     }
 
-    /// The pod with what the cache kept, for the readers of [`Pod`].
+    /// The pod with what the cache kept, for the readers of [`Pod`]: of its labels the VM
+    /// label, of its annotations the two the operator writes.
     #[must_use]
     pub fn to_pod(&self) -> Pod {
         let containers = |cs: &[CachedContainer]| -> Vec<Container> {
@@ -343,6 +350,9 @@ mod tests {
         let mut cached: CachedPod =
             serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
         cached.project();
+        let once = cached.clone();
+        cached.project();
+        assert_eq!(cached, once, "projected twice, a pod keeps what it kept");
         let pod = cached.to_pod();
         assert_eq!(pod_images(&pod), pod_images(&full));
         assert_eq!(pod_images_hash(&pod), pod_images_hash(&full));
