@@ -134,11 +134,6 @@ impl Health {
         InFlight { health: self, id }
     }
 
-    /// How many reconciles run now.
-    pub fn reconciles_running(&self) -> usize {
-        self.running().len()
-    }
-
     /// How many reconciles run, as it changes.
     #[must_use]
     pub fn running_reconciles(&self) -> watch::Receiver<usize> {
@@ -292,6 +287,19 @@ pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>, metri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_running_count_follows_reconciles() {
+        let health = Health::default();
+        let count = health.running_reconciles();
+        let first = health.reconcile_started();
+        let second = health.reconcile_started();
+        assert_eq!(*count.borrow(), 2);
+        drop(first);
+        assert_eq!(*count.borrow(), 1);
+        drop(second);
+        assert_eq!(*count.borrow(), 0);
+    }
 
     #[test]
     fn readiness_follows_the_caches() {
