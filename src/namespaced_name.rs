@@ -15,6 +15,26 @@ pub struct NamespacedName {
 }
 
 impl NamespacedName {
+    /// The object `name` in `namespace` (empty: a cluster-scoped object).
+    #[must_use]
+    pub fn new(namespace: &str, name: &str) -> NamespacedName {
+        NamespacedName {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The same object as kube's caches and controllers key it.
+    #[must_use]
+    pub fn object_ref<K: kube::Resource<DynamicType = ()>>(&self) -> ObjectRef<K> {
+        let r = ObjectRef::new(&self.name);
+        if self.namespace.is_empty() {
+            r
+        } else {
+            r.within(&self.namespace)
+        }
+    }
+
     /// The namespace and name of `object`.
     #[must_use]
     pub fn of<K: ResourceExt>(object: &K) -> NamespacedName {

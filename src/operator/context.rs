@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::mappings::status_due::StatusDue;
+use crate::namespaced_name::NamespacedName;
 use kube::Client;
-use kube::runtime::reflector::ObjectRef;
 
 use super::mappings::rules_in_force::{RuleChange, RulesInForce};
 use super::observe::health::Health;
@@ -16,7 +16,6 @@ use super::vms::events::EventRecorder;
 use super::vms::recreation_budget::RecreationBudget;
 use super::vms::vm_memory::VmMemory;
 use super::watches::caches::Caches;
-use crate::api::VirtualMachine;
 use crate::api_requests::ApiRequests;
 use crate::registry::{CredentialSource, Registries};
 
@@ -99,12 +98,12 @@ impl Context {
     }
 
     /// `vm` was deleted: everything the operator's rooms kept about it goes.
-    pub fn vm_deleted(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn vm_deleted(&self, vm: &NamespacedName) {
         self.memory.forget(vm);
         self.followed.forget(vm);
         self.caches.pod_index.forget(vm);
-        self.observers.progress.forget_vm(&vm.into());
-        self.mapping_status_due.vm(vm.into());
+        self.observers.progress.forget_vm(vm);
+        self.mapping_status_due.vm(vm.clone());
     }
 
     /// Compiles the cached mappings and puts them in force.

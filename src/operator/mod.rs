@@ -36,7 +36,6 @@ use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 
@@ -111,7 +110,7 @@ struct Watches {
     /// Objects the operator cannot read, for the reporter.
     unreadable: UnboundedReceiver<Unreadable>,
     /// VirtualMachines deleted (or found gone by a re-list), for whoever remembers them.
-    vms_deleted: UnboundedReceiver<ObjectRef<VirtualMachine>>,
+    vms_deleted: UnboundedReceiver<NamespacedName>,
 }
 
 /// Sends the unreadable objects among a cache's events to the reporter.
@@ -202,7 +201,7 @@ impl Watches {
                     CacheEvent::Applied(vm) => Some(Ok(vm)),
                     CacheEvent::Deleted(vm) => {
                         // Closed only when the operator stops.
-                        let _ = deleted_tx.unbounded_send(ObjectRef::from_obj(&vm));
+                        let _ = deleted_tx.unbounded_send(NamespacedName::of(&vm));
                         None
                     }
                     _ => None,

@@ -8,7 +8,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::ObjectRef;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::conditions;
@@ -87,7 +86,7 @@ impl Counted {
                 let vm = ctx
                     .caches
                     .vms
-                    .get(&ObjectRef::new(&name.name).within(&name.namespace))
+                    .get(&name.object_ref())
                     .filter(|_| ctx.options.acts_in(&name.namespace));
                 (name, vm)
             })

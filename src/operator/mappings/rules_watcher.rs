@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::namespaced_name::NamespacedName;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 
 use k8s_openapi::api::core::v1::Namespace;
 
@@ -170,7 +170,7 @@ pub async fn run(
         // VMs held by an unreadable mapping, or released: they say so (or act again).
         if burst.held.contains(&None) {
             for vm in ctx.caches.vms.state() {
-                trigger.reconcile(ObjectRef::from_obj(vm.as_ref()));
+                trigger.reconcile(&NamespacedName::of(vm.as_ref()));
             }
         } else {
             for ns in burst.held.iter().flatten() {
@@ -239,7 +239,7 @@ fn apply_rule_change(ctx: &Context, trigger: &Trigger) {
         "rules recompiled"
     );
     for vm in affected {
-        trigger.reconcile(ObjectRef::from_obj(vm));
+        trigger.reconcile(&NamespacedName::of(vm));
     }
     ctx.mapping_status_due.mappings();
 }
@@ -248,7 +248,7 @@ fn apply_rule_change(ctx: &Context, trigger: &Trigger) {
 fn apply_namespace_change(ctx: &Context, namespace: &str, trigger: &Trigger) {
     for vm in ctx.caches.vms.state() {
         if vm.namespace().as_deref() == Some(namespace) {
-            trigger.reconcile(ObjectRef::from_obj(vm.as_ref()));
+            trigger.reconcile(&NamespacedName::of(vm.as_ref()));
         }
     }
 }

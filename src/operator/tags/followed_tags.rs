@@ -12,10 +12,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::runtime::reflector::ObjectRef;
+use crate::namespaced_name::NamespacedName;
 use tokio::sync::Notify;
 
-use crate::api::VirtualMachine;
 use crate::registry::RegistryError;
 use crate::rules::{MappingKey, MatchKind, RuleRef, Scope};
 
@@ -74,7 +73,7 @@ pub enum Lookup {
 
 #[derive(Debug)]
 struct TagState {
-    users: HashSet<ObjectRef<VirtualMachine>>,
+    users: HashSet<NamespacedName>,
     /// Both `None`: never answered yet.
     digest: Option<String>,
     error: Option<RegistryError>,
@@ -116,7 +115,7 @@ pub struct FollowedTags {
 
 #[derive(Debug, Default)]
 struct Inner {
-    by_vm: HashMap<ObjectRef<VirtualMachine>, Vec<Followed>>,
+    by_vm: HashMap<NamespacedName, Vec<Followed>>,
     tags: HashMap<Followed, TagState>,
     /// When the follower means to look again (`None`: after a full interval, or it is
     /// looking now): an answer due earlier wakes it, a later one need not.
@@ -132,7 +131,7 @@ impl FollowedTags {
     /// Records that `vm` follows `references` (and no others), and what is known of each.
     pub fn follow(
         &self,
-        vm: &ObjectRef<VirtualMachine>,
+        vm: &NamespacedName,
         references: Vec<Followed>,
         now: Instant,
     ) -> Vec<(Followed, Lookup)> {
@@ -193,7 +192,7 @@ impl FollowedTags {
     }
 
     /// Forgets `vm` (deleted): the tags it followed that no other VM follows go.
-    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget(&self, vm: &NamespacedName) {
         let mut inner = self.lock();
         for r in inner.by_vm.remove(vm).unwrap_or_default() {
             inner.release(vm, &r);
@@ -231,7 +230,7 @@ impl FollowedTags {
         result: Result<String, RegistryError>,
         now: Instant,
         interval: Duration,
-    ) -> Vec<ObjectRef<VirtualMachine>> {
+    ) -> Vec<NamespacedName> {
         let mut inner = self.lock();
         let Some(state) = inner.tags.get_mut(reference) else {
             return Vec::new();
@@ -366,7 +365,7 @@ fn later(now: Instant, wait: Duration) -> Instant {
 }
 
 impl Inner {
-    fn release(&mut self, vm: &ObjectRef<VirtualMachine>, reference: &Followed) {
+    fn release(&mut self, vm: &NamespacedName, reference: &Followed) {
         if let Some(state) = self.tags.get_mut(reference) {
             state.users.remove(vm);
             if state.users.is_empty() {

@@ -115,7 +115,7 @@ impl UnderWay<'_> {
                 .followed
                 .checked(self.reference, result, Instant::now(), jittered(interval));
         for vm in users {
-            self.trigger.reconcile(vm);
+            self.trigger.reconcile(&vm);
         }
     }
 }

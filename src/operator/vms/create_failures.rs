@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::runtime::reflector::ObjectRef;
+use crate::namespaced_name::NamespacedName;
 
 use crate::api::VirtualMachine;
 use crate::vm_plan::CreateFailure;
@@ -27,7 +27,7 @@ struct Refused {
 /// The last refused pod create of each VM, until a create succeeds.
 #[derive(Debug, Default)]
 pub struct CreateFailures {
-    refused: Mutex<HashMap<ObjectRef<VirtualMachine>, Refused>>,
+    refused: Mutex<HashMap<NamespacedName, Refused>>,
 }
 
 /// The wait after `attempts` refusals in a row.
@@ -38,7 +38,7 @@ pub fn backoff(attempts: u32) -> Duration {
 }
 
 impl CreateFailures {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<VirtualMachine>, Refused>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<NamespacedName, Refused>> {
         // Every update is one insert or remove: a panicking holder left a whole map.
         self.refused.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -49,12 +49,12 @@ impl CreateFailures {
         let mut refused = self.lock();
         let generation = vm.metadata.generation;
         let attempts = refused
-            .get(&ObjectRef::from_obj(vm))
+            .get(&NamespacedName::of(vm))
             .filter(|r| r.generation == generation)
             .map_or(1, |r| r.attempts.saturating_add(1));
         let wait = backoff(attempts);
         refused.insert(
-            ObjectRef::from_obj(vm),
+            NamespacedName::of(vm),
             Refused {
                 generation,
                 message,
@@ -66,7 +66,7 @@ impl CreateFailures {
     }
 
     /// A pod of `vm` was created.
-    pub fn created(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn created(&self, vm: &NamespacedName) {
         self.lock().remove(vm);
     }
 
@@ -76,7 +76,7 @@ impl CreateFailures {
     pub fn of(&self, vm: &VirtualMachine, now: Instant) -> Option<CreateFailure> {
         let refused = self.lock();
         let r = refused
-            .get(&ObjectRef::from_obj(vm))
+            .get(&NamespacedName::of(vm))
             .filter(|r| r.generation == vm.metadata.generation)?;
         Some(CreateFailure {
             message: r.message.clone(),
@@ -88,7 +88,7 @@ impl CreateFailures {
     }
 
     /// Forgets `vm` (deleted).
-    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget(&self, vm: &NamespacedName) {
         self.lock().remove(vm);
     }
 }
@@ -127,10 +127,10 @@ mod tests {
         // A new spec is tried at once, and its refusals count from one.
         assert!(failures.of(&vm(2), t1).is_none());
         assert_eq!(failures.refused(&vm(2), "quota".into(), t1), backoff(1));
-        failures.created(&ObjectRef::from_obj(&vm(2)));
+        failures.created(&NamespacedName::of(&vm(2)));
         assert!(failures.of(&vm(2), t1).is_none());
         failures.refused(&vm(2), "quota".into(), t1);
-        failures.forget(&ObjectRef::from_obj(&vm(2)));
+        failures.forget(&NamespacedName::of(&vm(2)));
         assert!(failures.of(&vm(2), t1).is_none());
     }
 }

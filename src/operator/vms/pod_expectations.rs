@@ -10,12 +10,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::namespaced_name::NamespacedName;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 
-use crate::api::VirtualMachine;
 use crate::operator::watches::cache_events::ListScope;
 
 #[derive(Debug)]
@@ -43,16 +42,18 @@ struct Deleted {
 
 #[derive(Debug, Default)]
 struct State {
-    expected: HashMap<ObjectRef<VirtualMachine>, Expected>,
-    deleted: HashMap<ObjectRef<VirtualMachine>, Deleted>,
+    expected: HashMap<NamespacedName, Expected>,
+    deleted: HashMap<NamespacedName, Deleted>,
     lists: HashMap<ListScope, Lists>,
 }
 
 impl State {
     /// The lists that cover the pods of `vm`.
-    fn lists_of(&self, vm: &ObjectRef<VirtualMachine>) -> Lists {
+    fn lists_of(&self, vm: &NamespacedName) -> Lists {
         self.lists
-            .get(&vm.namespace)
+            .iter()
+            .find(|(scope, _)| scope.as_deref() == Some(vm.namespace.as_str()))
+            .map(|(_, lists)| lists)
             .or_else(|| self.lists.get(&None))
             .copied()
             .unwrap_or_default()
@@ -72,19 +73,19 @@ impl PodExpectations {
     }
 
     /// Records that `pod` was created for `vm`.
-    pub fn expect(&self, vm: ObjectRef<VirtualMachine>, pod: String) {
+    pub fn expect(&self, vm: NamespacedName, pod: String) {
         let mut state = self.lock();
         let lists_before = state.lists_of(&vm).started;
         state.expected.insert(vm, Expected { pod, lists_before });
     }
 
     /// Forgets what was expected for `vm` (its pod was deleted).
-    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget(&self, vm: &NamespacedName) {
         self.lock().expected.remove(vm);
     }
 
     /// Forgets everything about `vm`: it was deleted.
-    pub fn forget_vm(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget_vm(&self, vm: &NamespacedName) {
         let mut state = self.lock();
         state.expected.remove(vm);
         state.deleted.remove(vm);
@@ -99,7 +100,7 @@ impl PodExpectations {
 
     /// The pod watch delivered `pod` of `vm`, added, changed or deleted; `ending`: it is
     /// terminating or gone.
-    pub fn observed(&self, vm: &ObjectRef<VirtualMachine>, pod: &str, ending: bool) {
+    pub fn observed(&self, vm: &NamespacedName, pod: &str, ending: bool) {
         let mut state = self.lock();
         if state.expected.get(vm).is_some_and(|e| e.pod == pod) {
             state.expected.remove(vm);
@@ -110,7 +111,7 @@ impl PodExpectations {
     }
 
     /// Records that `pod` (with `uid`) of `vm` was deleted.
-    pub fn deleted(&self, vm: ObjectRef<VirtualMachine>, pod: String, uid: String) {
+    pub fn deleted(&self, vm: NamespacedName, pod: String, uid: String) {
         let mut state = self.lock();
         let lists_before = state.lists_of(&vm).started;
         state.deleted.insert(
@@ -127,7 +128,7 @@ impl PodExpectations {
     /// terminating while the cache still shows it live (`now` as its deletion time);
     /// forgets the deletion once the cache shows it ending, or a list taken after it has
     /// completed.
-    pub fn mark_deleted(&self, vm: &ObjectRef<VirtualMachine>, pods: &mut [Pod], now: &Time) {
+    pub fn mark_deleted(&self, vm: &NamespacedName, pods: &mut [Pod], now: &Time) {
         let mut state = self.lock();
         let Some(deleted) = state.deleted.get(vm) else {
             return;
@@ -161,7 +162,7 @@ impl PodExpectations {
     /// The pod created for `vm` that the cache has not shown yet, if any; forgets it once
     /// one of `pods` (the cached pods of the VM) is it, or once a list taken after the
     /// create has completed without it.
-    pub fn pending(&self, vm: &ObjectRef<VirtualMachine>, pods: &[&Pod]) -> Option<String> {
+    pub fn pending(&self, vm: &NamespacedName, pods: &[&Pod]) -> Option<String> {
         let mut state = self.lock();
         let expected = state.expected.get(vm)?;
         let listed_after = state.lists_of(vm).completed > expected.lists_before;
@@ -186,7 +187,7 @@ mod tests {
     #[test]
     fn a_created_pod_is_awaited_until_the_cache_shows_it() {
         let expectations = PodExpectations::default();
-        let vm = ObjectRef::new("vm").within("dev");
+        let vm = NamespacedName::new("dev", "vm");
         assert_eq!(expectations.pending(&vm, &[]), None);
         expectations.expect(vm.clone(), "vm-abc".into());
         assert_eq!(expectations.pending(&vm, &[]).as_deref(), Some("vm-abc"));
@@ -202,7 +203,7 @@ mod tests {
     #[test]
     fn only_evidence_ends_the_wait() {
         let expectations = PodExpectations::default();
-        let vm = ObjectRef::new("vm").within("dev");
+        let vm = NamespacedName::new("dev", "vm");
         // Deleted by this operator.
         expectations.expect(vm.clone(), "vm-abc".into());
         expectations.forget(&vm);
@@ -237,7 +238,7 @@ mod tests {
     #[test]
     fn a_deleted_pod_the_cache_still_shows_live_is_taken_for_terminating() {
         let expectations = PodExpectations::default();
-        let vm = ObjectRef::new("vm").within("dev");
+        let vm = NamespacedName::new("dev", "vm");
         let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap());
         let live = || {
             let mut p = pod("vm-abc");

@@ -8,10 +8,10 @@ use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 
-use crate::api::{GROUP, VirtualMachine};
+use crate::api::GROUP;
+use crate::namespaced_name::NamespacedName;
 use crate::operator::vms::pod_expectations::PodExpectations;
 use crate::operator::vms::replacements::{Replacement, Replacements};
 use crate::operator::vms::trigger::Trigger;
@@ -22,17 +22,16 @@ use crate::operator::watches::pod_index::PodIndex;
 
 /// The VM whose controller owner reference `pod` carries.
 #[must_use]
-pub fn owner_vm(pod: &impl ResourceExt) -> Option<ObjectRef<VirtualMachine>> {
+pub fn owner_vm(pod: &impl ResourceExt) -> Option<NamespacedName> {
     let owner = pod.owner_references().iter().find(|o| {
         o.controller == Some(true)
             && o.kind == "VirtualMachine"
             && o.api_version.split('/').next() == Some(GROUP)
     })?;
-    let vm = ObjectRef::new(&owner.name);
-    Some(match pod.namespace() {
-        Some(ns) => vm.within(&ns),
-        None => vm,
-    })
+    Some(NamespacedName::new(
+        &pod.namespace().unwrap_or_default(),
+        &owner.name,
+    ))
 }
 
 /// Whether a pod the cache dropped may still exist: the watch selects runner pods by their
@@ -73,17 +72,14 @@ pub async fn run(events: impl Stream<Item = CacheEvent<CachedPod>>, w: Watcher) 
             CacheEvent::Applied(pod) => {
                 observed(&pod, &index, &expectations, true);
                 if let Some(vm) = owner_vm(&pod) {
-                    trigger.reconcile(vm);
+                    trigger.reconcile(&vm);
                 }
             }
             CacheEvent::Deleted(pod) => {
                 if maybe_unlabelled(&pod)
                     && let Some(vm) = owner_vm(&pod)
                 {
-                    let api: Api<Pod> = Api::namespaced(
-                        client.clone(),
-                        vm.namespace.as_deref().unwrap_or_default(),
-                    );
+                    let api: Api<Pod> = Api::namespaced(client.clone(), &vm.namespace);
                     let uid = pod.uid().unwrap_or_default();
                     match relabel_pod(&api, &pod.name_any(), &uid, &vm.name).await {
                         // Back in the cache with its next event: nothing was deleted.
@@ -105,10 +101,10 @@ pub async fn run(events: impl Stream<Item = CacheEvent<CachedPod>>, w: Watcher) 
                         if let Err(e) = hand_over.unbounded_send(replacement) {
                             // The creator stopped (the operator stops): the reconcile
                             // creates it.
-                            trigger.reconcile(e.into_inner().vm);
+                            trigger.reconcile(&e.into_inner().vm);
                         }
                     }
-                    None => trigger.reconcile(vm),
+                    None => trigger.reconcile(&vm),
                 }
             }
             // Pods are validated by the API server: every one is readable.
@@ -156,7 +152,7 @@ mod tests {
         };
         assert_eq!(
             owner_vm(&pod(owner.clone())),
-            Some(ObjectRef::new("vm").within("dev"))
+            Some(NamespacedName::new("dev", "vm"))
         );
         let not_controller = OwnerReference {
             controller: None,

@@ -6,14 +6,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::namespaced_name::NamespacedName;
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::ObjectRef;
 
-use crate::api::{ResolvedImage, VirtualMachine};
+use crate::api::ResolvedImage;
 use crate::operator::context::Context;
 use crate::operator::vms::trigger::Trigger;
 use crate::operator::vms::writes::create_pod;
@@ -31,7 +31,7 @@ pub struct NewPod {
 /// A replacement handed over: the VM and its new pod.
 #[derive(Debug, Clone)]
 pub struct Replacement {
-    pub vm: ObjectRef<VirtualMachine>,
+    pub vm: NamespacedName,
     pub pod: NewPod,
 }
 
@@ -48,27 +48,23 @@ enum State {
 /// hand-over and the VM's reconcile creates a replacement: each takes it under one lock.
 #[derive(Debug, Default)]
 pub struct Replacements {
-    by_vm: Mutex<HashMap<ObjectRef<VirtualMachine>, State>>,
+    by_vm: Mutex<HashMap<NamespacedName, State>>,
 }
 
 impl Replacements {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<VirtualMachine>, State>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<NamespacedName, State>> {
         // Every update is one insert or remove: a panicking holder left a whole map.
         self.by_vm.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `new` replaces `vm`'s pod `old` once `old` is gone.
-    pub fn wait_for(&self, vm: ObjectRef<VirtualMachine>, old: String, new: NewPod) {
+    pub fn wait_for(&self, vm: NamespacedName, old: String, new: NewPod) {
         self.lock().insert(vm, State::Waiting(old, new));
     }
 
     /// The pod watch shows `vm`'s pod `gone` gone: the replacement waiting for it, if any,
     /// now handed over.
-    pub fn take_when_gone(
-        &self,
-        vm: &ObjectRef<VirtualMachine>,
-        gone: &str,
-    ) -> Option<Replacement> {
+    pub fn take_when_gone(&self, vm: &NamespacedName, gone: &str) -> Option<Replacement> {
         let mut by_vm = self.lock();
         let state = by_vm.get_mut(vm)?;
         if !matches!(&*state, State::Waiting(old, _) if old == gone) {
@@ -84,13 +80,13 @@ impl Replacements {
     }
 
     /// The creator finished with `vm`'s replacement (created, or refused).
-    pub fn done(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn done(&self, vm: &NamespacedName) {
         self.lock().remove(vm);
     }
 
     /// A reconcile is about to create `vm`'s pod: whether it may — not while a replacement
     /// handed over is being created. A replacement still waiting is the reconcile's now.
-    pub fn claim(&self, vm: &ObjectRef<VirtualMachine>) -> bool {
+    pub fn claim(&self, vm: &NamespacedName) -> bool {
         let mut by_vm = self.lock();
         match by_vm.get(vm) {
             Some(State::HandedOver) => false,
@@ -103,7 +99,7 @@ impl Replacements {
     }
 
     /// Forgets `vm`'s replacement: a reconcile decided its pods since, or the VM is gone.
-    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget(&self, vm: &NamespacedName) {
         self.lock().remove(vm);
     }
 }
@@ -122,7 +118,7 @@ pub async fn create_handed_over(
             async move {
                 // Built from the VM as it is now: one deleted meanwhile gets no pod, and
                 // one whose spec changed gets the pod its reconcile plans.
-                let pod = ctx.caches.vms.get(&r.vm).and_then(|vm| {
+                let pod = ctx.caches.vms.get(&r.vm.object_ref()).and_then(|vm| {
                     runner_pod::build(&vm, &r.pod.images, r.pod.restart_count)
                         .filter(|pod| pod.name_any() == r.pod.name)
                 });
@@ -130,17 +126,14 @@ pub async fn create_handed_over(
                     Some(pod) => create(&ctx, &r.vm, &pod).await,
                     None => ctx.memory.replacements.done(&r.vm),
                 }
-                trigger.reconcile(r.vm);
+                trigger.reconcile(&r.vm);
             }
         })
         .await;
 }
 
-async fn create(ctx: &Context, vm: &ObjectRef<VirtualMachine>, pod: &Pod) {
-    let api: Api<Pod> = Api::namespaced(
-        ctx.client.clone(),
-        vm.namespace.as_deref().unwrap_or_default(),
-    );
+async fn create(ctx: &Context, vm: &NamespacedName, pod: &Pod) {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &vm.namespace);
     match create_pod(&api, pod).await {
         Ok(_) => {
             ctx.memory.expectations.expect(vm.clone(), pod.name_any());
@@ -161,7 +154,7 @@ mod tests {
     #[test]
     fn a_replacement_is_handed_over_once_and_only_for_its_old_pod() {
         let r = Replacements::default();
-        let vm = ObjectRef::new("vm").within("dev");
+        let vm = NamespacedName::new("dev", "vm");
         let new = || NewPod {
             name: "vm-new".into(),
             images: Box::default(),

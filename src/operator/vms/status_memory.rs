@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use kube::runtime::reflector::ObjectRef;
+use crate::namespaced_name::NamespacedName;
 
 use crate::api::{VirtualMachine, VirtualMachineStatus};
 
@@ -21,11 +21,11 @@ struct Written {
 /// over (evidence, not time: the resourceVersion).
 #[derive(Debug, Default)]
 pub struct StatusMemory {
-    written: Mutex<HashMap<ObjectRef<VirtualMachine>, Written>>,
+    written: Mutex<HashMap<NamespacedName, Written>>,
 }
 
 impl StatusMemory {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ObjectRef<VirtualMachine>, Written>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<NamespacedName, Written>> {
         // Every update is one insert or remove: a panicking holder left a whole map.
         self.written.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -33,7 +33,7 @@ impl StatusMemory {
     /// `vm` as this operator last knew it: the cached object, with the status written over
     /// its version when the cache has not shown that write yet.
     pub fn latest<'a>(&self, vm: &'a VirtualMachine) -> Cow<'a, VirtualMachine> {
-        let key = ObjectRef::from_obj(vm);
+        let key = NamespacedName::of(vm);
         let mut written = self.lock();
         match written.get(&key) {
             Some(w) if w.over == vm.metadata.resource_version => {
@@ -51,14 +51,14 @@ impl StatusMemory {
     }
 
     /// Forgets `vm` (deleted, perhaps before the cache showed the write).
-    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget(&self, vm: &NamespacedName) {
         self.lock().remove(vm);
     }
 
     /// Records that `status` was written over `vm`'s version.
     pub fn wrote(&self, vm: &VirtualMachine, status: VirtualMachineStatus) {
         self.lock().insert(
-            ObjectRef::from_obj(vm),
+            NamespacedName::of(vm),
             Written {
                 over: vm.metadata.resource_version.clone(),
                 status,

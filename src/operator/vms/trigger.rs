@@ -7,6 +7,7 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::api::VirtualMachine;
+use crate::namespaced_name::NamespacedName;
 use crate::operator::observe::health::Health;
 
 /// Sends VMs to the controller's queue, telling the liveness probe that work is waiting.
@@ -25,9 +26,9 @@ impl Trigger {
     }
 
     /// Asks for a reconcile of `vm`.
-    pub fn reconcile(&self, vm: ObjectRef<VirtualMachine>) {
+    pub fn reconcile(&self, vm: &NamespacedName) {
         self.health.demand();
         // Closed only when the controller has stopped, and then nothing is left to do.
-        let _ = self.tx.unbounded_send(vm);
+        let _ = self.tx.unbounded_send(vm.object_ref());
     }
 }

@@ -6,13 +6,12 @@
 
 use std::sync::Arc;
 
-use kube::runtime::reflector::ObjectRef;
+use crate::namespaced_name::NamespacedName;
 
 use super::create_failures::CreateFailures;
 use super::pod_expectations::PodExpectations;
 use super::replacements::Replacements;
 use super::status_memory::StatusMemory;
-use crate::api::VirtualMachine;
 
 /// The VM controller's memory of each VM.
 #[derive(Debug, Default)]
@@ -31,7 +30,7 @@ pub struct VmMemory {
 
 impl VmMemory {
     /// Forgets everything about `vm`: it was deleted.
-    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget(&self, vm: &NamespacedName) {
         self.expectations.forget_vm(vm);
         self.create_failures.forget(vm);
         self.statuses.forget(vm);
@@ -44,6 +43,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
+    use crate::api::VirtualMachine;
     use crate::api::{VirtualMachineSpec, VirtualMachineStatus};
 
     #[test]
@@ -52,7 +52,7 @@ mod tests {
         let mut vm = VirtualMachine::new("vm", VirtualMachineSpec::default());
         vm.metadata.namespace = Some("dev".into());
         vm.metadata.resource_version = Some("1".into());
-        let key = ObjectRef::from_obj(&vm);
+        let key = NamespacedName::of(&vm);
         memory.expectations.expect(key.clone(), "vm-a".into());
         memory
             .expectations

@@ -7,7 +7,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 
 use crate::api::{VirtualMachine, VirtualMachineStatus};
 use crate::conditions;
@@ -131,7 +130,7 @@ async fn look_up_named_pod(
     let Some(name) = vm.status.as_ref().and_then(|s| s.pod_name.as_deref()) else {
         return Ok(None);
     };
-    let vm_ref = ObjectRef::from_obj(vm);
+    let vm_ref = NamespacedName::of(vm);
     let index = &ctx.caches.pod_index;
     if !index.pods_of(&vm_ref).is_empty()
         || index.known_gone(&vm_ref, name)
@@ -211,11 +210,9 @@ fn observe_and_plan(
         .collect();
     followed.sort();
     followed.dedup();
-    let lookups = ctx.followed.follow(
-        &ObjectRef::from_obj(vm),
-        followed,
-        std::time::Instant::now(),
-    );
+    let lookups = ctx
+        .followed
+        .follow(&NamespacedName::of(vm), followed, std::time::Instant::now());
     if lookups.iter().any(|(_, l)| *l == Lookup::Pending) {
         return Plan::hold(vm);
     }
@@ -237,7 +234,7 @@ fn observe_and_plan(
         &previous,
     );
     let now = conditions::now();
-    let vm_ref = ObjectRef::from_obj(vm);
+    let vm_ref = NamespacedName::of(vm);
     let mut pods = ctx.caches.pods_of(vm);
     // A pod this operator deleted that the cache still shows live is terminating: never
     // deleted (nor replaced, nor announced) twice while the pod watch lags.
@@ -290,7 +287,7 @@ async fn apply(
     }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let vm_ref = ObjectRef::from_obj(vm);
+    let vm_ref = NamespacedName::of(vm);
     let mut requeue = plan.waiting.then_some(WAITING_RECHECK).or(plan.recheck);
     for action in &plan.actions {
         match action {
@@ -351,7 +348,7 @@ async fn apply(
 async fn create(
     ctx: &Context,
     api: &Api<Pod>,
-    vm: &ObjectRef<VirtualMachine>,
+    vm: &NamespacedName,
     pod: &Pod,
 ) -> Result<(), ReconcileError> {
     // Not while the replacement the pod watch handed over is being created.
@@ -388,6 +385,6 @@ async fn delete(
 pub fn error_policy(vm: Arc<VirtualMachine>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
     let error_category = error.category();
     let error = crate::excerpt::excerpt(&error.to_string());
-    tracing::warn!(vm = %ObjectRef::from_obj(vm.as_ref()), category = error_category, %error, "reconcile failed");
+    tracing::warn!(vm = %NamespacedName::of(vm.as_ref()), category = error_category, %error, "reconcile failed");
     Action::requeue(ERROR_BACKOFF)
 }

@@ -10,6 +10,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::namespaced_name::NamespacedName;
 use crate::operator::options::Options;
 use crate::operator::watches::cached_pod::CachedPod;
 use crate::operator::watches::pod_index::PodIndex;
@@ -85,7 +86,7 @@ impl Caches {
     pub fn pods_of(&self, vm: &VirtualMachine) -> Vec<Pod> {
         let (ns, name, uid) = (vm.namespace().unwrap_or_default(), vm.name_any(), vm.uid());
         self.pod_index
-            .pods_of(&ObjectRef::from_obj(vm))
+            .pods_of(&NamespacedName::of(vm))
             .into_iter()
             .filter_map(|pod| self.pods.get(&ObjectRef::new(&pod).within(&ns)))
             .filter(|p| {

@@ -6,18 +6,16 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use kube::runtime::reflector::ObjectRef;
+use crate::namespaced_name::NamespacedName;
 use smallvec::SmallVec;
-
-use crate::api::VirtualMachine;
 
 #[derive(Debug, Default)]
 struct Index {
     /// Sorted; held in place for one pod, a VM's usual number (a set would take a node of
     /// eleven).
-    by_vm: HashMap<ObjectRef<VirtualMachine>, SmallVec<[String; 1]>>,
+    by_vm: HashMap<NamespacedName, SmallVec<[String; 1]>>,
     /// VMs without pods: the name of the last one seen gone.
-    gone: HashMap<ObjectRef<VirtualMachine>, String>,
+    gone: HashMap<NamespacedName, String>,
 }
 
 /// Pod names by controlling VM, following the pod cache.
@@ -33,7 +31,7 @@ impl PodIndex {
     }
 
     /// `vm` controls the pod `name` (added or changed).
-    pub fn insert(&self, vm: ObjectRef<VirtualMachine>, name: String) {
+    pub fn insert(&self, vm: NamespacedName, name: String) {
         let mut index = self.lock();
         index.gone.remove(&vm);
         let names = index.by_vm.entry(vm).or_default();
@@ -43,7 +41,7 @@ impl PodIndex {
     }
 
     /// The pod `name` of `vm` is gone.
-    pub fn remove(&self, vm: &ObjectRef<VirtualMachine>, name: &str) {
+    pub fn remove(&self, vm: &NamespacedName, name: &str) {
         let mut index = self.lock();
         if let Some(names) = index.by_vm.get_mut(vm) {
             names.retain(|n| n.as_str() != name);
@@ -59,12 +57,12 @@ impl PodIndex {
     /// Whether the pod `name` of `vm` is known to be gone (the watch showed it go, or a
     /// look-up found none), while `vm` has no pod.
     #[must_use]
-    pub fn known_gone(&self, vm: &ObjectRef<VirtualMachine>, name: &str) -> bool {
+    pub fn known_gone(&self, vm: &NamespacedName, name: &str) -> bool {
         self.lock().gone.get(vm).is_some_and(|n| n == name)
     }
 
     /// Records that the pod `name` of `vm` is gone (a look-up found none of the VM's).
-    pub fn mark_gone(&self, vm: &ObjectRef<VirtualMachine>, name: &str) {
+    pub fn mark_gone(&self, vm: &NamespacedName, name: &str) {
         let mut index = self.lock();
         if !index.by_vm.contains_key(vm) {
             index.gone.insert(vm.clone(), name.to_string());
@@ -72,13 +70,13 @@ impl PodIndex {
     }
 
     /// Forgets `vm` (deleted): the last pod seen gone with it.
-    pub fn forget(&self, vm: &ObjectRef<VirtualMachine>) {
+    pub fn forget(&self, vm: &NamespacedName) {
         self.lock().gone.remove(vm);
     }
 
     /// The names of the pods `vm` controls.
     #[must_use]
-    pub fn pods_of(&self, vm: &ObjectRef<VirtualMachine>) -> Vec<String> {
+    pub fn pods_of(&self, vm: &NamespacedName) -> Vec<String> {
         self.lock()
             .by_vm
             .get(vm)
@@ -91,8 +89,8 @@ impl PodIndex {
 mod tests {
     use super::*;
 
-    fn vm(name: &str) -> ObjectRef<VirtualMachine> {
-        ObjectRef::<VirtualMachine>::new(name).within("dev")
+    fn vm(name: &str) -> NamespacedName {
+        NamespacedName::new("dev", name)
     }
 
     #[test]

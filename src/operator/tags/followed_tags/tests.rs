@@ -25,8 +25,8 @@ fn failed(why: &str) -> RegistryError {
     }
 }
 
-fn vm(name: &str) -> ObjectRef<VirtualMachine> {
-    ObjectRef::new(name).within("dev")
+fn vm(name: &str) -> NamespacedName {
+    NamespacedName::new("dev", name)
 }
 
 #[test]
