@@ -1,9 +1,11 @@
 //! The source tree keeps the shape the README's Architecture describes: files stay small
-//! enough to read, and the operator's rooms import each other directly, never through the
-//! wiring in `operator/mod.rs`.
+//! enough to read; the operator's rooms import each other directly, never through the
+//! wiring (`operator/mod.rs`, and each side's `mod.rs`), never in a circle, and never
+//! through a hub that gathers the parts of many rooms.
 
 #![allow(clippy::unwrap_used)] // test code
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const LIMIT: usize = 500;
@@ -39,57 +41,216 @@ fn no_source_file_but_tests_is_over_500_lines() {
     assert!(long.is_empty(), "over {LIMIT} lines: {long:?}");
 }
 
-/// The identifiers that follow `prefix` in `text`.
-fn after<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
-    text.match_indices(prefix)
-        .map(|(i, _)| {
-            let rest = &text[i + prefix.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            &rest[..end]
+/// The operator's source files, by their path below `operator/` ("read/mod.rs"), each
+/// with its code less comments (doc links are not imports) and unit tests.
+fn operator_files() -> BTreeMap<String, String> {
+    let operator = src().join("operator");
+    rust_files(&operator)
+        .into_iter()
+        .map(|path| {
+            let name = path.strip_prefix(&operator).unwrap().display().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let code: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect();
+            (name, code.join("\n"))
         })
         .collect()
 }
 
-#[test]
-fn the_operators_rooms_never_import_its_wiring() {
-    let operator = src().join("operator");
-    let wiring = std::fs::read_to_string(operator.join("mod.rs")).unwrap();
-    // The rooms and shared parts operator/mod.rs declares: the paths through it that
-    // lead to a sibling, not to an item of the wiring.
-    let modules: Vec<&str> = wiring
-        .lines()
-        .filter_map(|l| {
-            l.trim()
-                .strip_prefix("mod ")
-                .or_else(|| l.trim().strip_prefix("pub mod "))
-        })
-        .filter_map(|l| l.strip_suffix(';'))
+/// The files that wire rooms together: the operator's, and each side's.
+const WIRING: [&str; 3] = ["mod.rs", "read/mod.rs", "write/mod.rs"];
+
+/// The file of module `path` (`["read", "watches"]` → `read/watches/mod.rs`).
+fn module_file(files: &BTreeMap<String, String>, path: &[&str]) -> Option<String> {
+    let joined = path.join("/");
+    [format!("{joined}.rs"), format!("{joined}/mod.rs")]
+        .into_iter()
+        .find(|f| files.contains_key(f))
+}
+
+/// The module path of `file` (`write/vms/trigger.rs` → `["write", "vms", "trigger"]`).
+fn module_of(file: &str) -> Vec<&str> {
+    let mut path: Vec<&str> = file.trim_end_matches(".rs").split('/').collect();
+    if path.last() == Some(&"mod") {
+        path.pop();
+    }
+    path
+}
+
+/// The paths `file` names below `crate::operator::`, as module paths from `operator/`
+/// (`super::` resolved), each cut after its last segment that is a module of the tree.
+fn imports(files: &BTreeMap<String, String>, file: &str) -> BTreeSet<String> {
+    let text = &files[file];
+    let module = module_of(file);
+    let mut paths: Vec<Vec<String>> = after_path(text, "crate::operator::")
+        .into_iter()
+        .map(|p| p.split("::").map(String::from).collect())
         .collect();
-    assert!(
-        modules.contains(&"vms") && modules.contains(&"leader"),
-        "{modules:?}"
-    );
-    let mut through_wiring = Vec::new();
-    for file in rust_files(&operator) {
-        if file == operator.join("mod.rs") {
+    // `use child::…` names a module of this one.
+    for p in after_path(text, "use ") {
+        let first = p.split("::").next().unwrap_or_default();
+        let mut child = module.clone();
+        child.push(first);
+        if p.contains("::") && module_file(files, &child).is_some() {
+            let mut full: Vec<String> = module.iter().map(|s| (*s).to_string()).collect();
+            full.extend(p.split("::").map(String::from));
+            paths.push(full);
+        }
+    }
+    for p in after_path(text, "super::") {
+        if module.is_empty() {
             continue;
         }
-        let text = std::fs::read_to_string(&file).unwrap();
-        let mut names = after(&text, "crate::operator::");
-        // `super::` leads to operator/mod.rs from its direct children only.
-        if file.parent() == Some(operator.as_path()) {
-            names.extend(after(&text, "super::"));
+        let mut full: Vec<String> = module[..module.len() - 1]
+            .iter()
+            .map(|s| (*s).to_string())
+            .collect();
+        full.extend(p.split("::").map(String::from));
+        paths.push(full);
+    }
+    let mut out = BTreeSet::new();
+    for path in paths
+        .into_iter()
+        .filter(|p| p.iter().all(|s| !s.is_empty()))
+    {
+        let segments: Vec<&str> = path.iter().map(String::as_str).collect();
+        let found = (1..=segments.len())
+            .rev()
+            .find_map(|n| module_file(files, &segments[..n]))
+            .unwrap_or_else(|| "mod.rs".to_string());
+        if found != file {
+            out.insert(found);
         }
-        for name in names {
-            if !modules.contains(&name) && name != "*" && !name.is_empty() {
-                through_wiring.push(format!("{}: {name}", file.display()));
+    }
+    out
+}
+
+/// The `::`-joined paths that follow `prefix` in `text`.
+fn after_path<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.match_indices(prefix)
+        .filter(|(i, _)| {
+            // Not the tail of a longer path (`x::super::`).
+            !text[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':')
+        })
+        .map(|(i, _)| {
+            let rest = &text[i + prefix.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            rest[..end].trim_end_matches(':')
+        })
+        .collect()
+}
+
+/// The room of a file: its directory below `operator/` (one level deeper in a side), or the
+/// file itself for the shared parts.
+fn room(file: &str) -> String {
+    let parts: Vec<&str> = file.split('/').collect();
+    let depth = if matches!(parts[0], "read" | "write") && parts.len() > 2 {
+        2
+    } else {
+        1
+    };
+    parts[..depth.min(parts.len())]
+        .join("/")
+        .trim_end_matches(".rs")
+        .to_string()
+}
+
+#[test]
+fn the_operators_rooms_never_import_its_wiring() {
+    let files = operator_files();
+    assert!(
+        files.contains_key("write/vms/vm_reconciler.rs") && files.contains_key("read/mod.rs"),
+        "{:?}",
+        files.keys().collect::<Vec<_>>()
+    );
+    let mut through_wiring = Vec::new();
+    for file in files.keys() {
+        for imported in imports(&files, file) {
+            // A wiring file's items are for the wiring above it alone.
+            let wiring = WIRING.contains(&imported.as_str());
+            let above = WIRING.contains(&file.as_str())
+                && (file == "mod.rs" || imported != "mod.rs" && file != &imported);
+            if wiring && !above {
+                through_wiring.push(format!("{file} → {imported}"));
             }
         }
     }
     assert!(
         through_wiring.is_empty(),
-        "items of operator/mod.rs imported by its rooms: {through_wiring:?}"
+        "items of the wiring imported by its rooms: {through_wiring:?}"
     );
+}
+
+/// Depth-first from `file`: a file met again while it is on the path closes a circle.
+fn visit<'a>(
+    file: &'a str,
+    graph: &'a BTreeMap<&str, BTreeSet<String>>,
+    path: &mut Vec<&'a str>,
+    done: &mut BTreeSet<&'a str>,
+    circles: &mut Vec<String>,
+) {
+    if let Some(i) = path.iter().position(|f| *f == file) {
+        circles.push(format!("{} → {file}", path[i..].join(" → ")));
+        return;
+    }
+    if !done.insert(file) {
+        return;
+    }
+    path.push(file);
+    for next in graph.get(file).into_iter().flatten() {
+        visit(next, graph, path, done, circles);
+    }
+    path.pop();
+}
+
+#[test]
+fn no_circle_inside_the_operator() {
+    let files = operator_files();
+    let graph: BTreeMap<&str, BTreeSet<String>> = files
+        .keys()
+        .map(|f| (f.as_str(), imports(&files, f)))
+        .collect();
+    assert!(
+        graph["write/mod.rs"].contains("write/vms/vm_reconciler.rs"),
+        "{:?}",
+        graph["write/mod.rs"]
+    );
+    let (mut done, mut circles) = (BTreeSet::new(), Vec::new());
+    for file in graph.keys() {
+        visit(file, &graph, &mut Vec::new(), &mut done, &mut circles);
+    }
+    assert!(circles.is_empty(), "imports in a circle: {circles:?}");
+}
+
+#[test]
+fn no_room_imports_a_hub() {
+    let files = operator_files();
+    // What another room imports stays narrow: a file imported from outside its room
+    // imports from at most two other rooms itself. Gathering the parts of many rooms for
+    // all of them is the wiring's job, done once.
+    let mut hubs = Vec::new();
+    for file in files.keys().filter(|f| !WIRING.contains(&f.as_str())) {
+        let users: BTreeSet<String> = files
+            .keys()
+            .filter(|f| !WIRING.contains(&f.as_str()) && room(f) != room(file))
+            .filter(|f| imports(&files, f).contains(file))
+            .map(|f| room(f))
+            .collect();
+        let reaches: BTreeSet<String> = imports(&files, file)
+            .iter()
+            .map(|f| room(f))
+            .filter(|r| *r != room(file))
+            .collect();
+        if !users.is_empty() && reaches.len() > 2 {
+            hubs.push(format!(
+                "{file} (imports {reaches:?}; imported by {users:?})"
+            ));
+        }
+    }
+    assert!(hubs.is_empty(), "hubs: {hubs:?}");
 }

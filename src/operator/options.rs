@@ -57,7 +57,7 @@ impl std::fmt::Display for SecretName {
 #[derive(Debug, Clone)]
 pub struct RegistryNotifications {
     pub addr: String,
-    pub token: std::sync::Arc<super::tags::token_file::TokenFile>,
+    pub token: std::sync::Arc<super::write::tags::token_file::TokenFile>,
 }
 
 /// The default of [`Options::tag_poll_interval`].

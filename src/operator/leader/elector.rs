@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use std::sync::Arc;
 
-use super::LeaderElection;
+use super::election::LeaderElection;
 use super::fence::Fence;
 use super::lease_record::{Observed, Step, claimed, next_step, released};
 use crate::operator::jitter::jittered;

@@ -3,6 +3,7 @@
 //! is replaced once it has not renewed the Lease for a lease duration — and by then its
 //! [`Fence`] has stopped its writes, in-flight reconciles included.
 
+mod election;
 mod elector;
 mod fence;
 mod fenced_client;
@@ -11,13 +12,13 @@ mod lease_record;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::client::ClientBuilder;
 use kube::{Client, Config};
 
 use crate::api_requests::ApiRequests;
 
+pub use election::{LeaderElection, LeaseTiming, unique_identity};
 pub use fence::{Fence, FenceClosed};
 
 use crate::operator::observe::health::Health;
@@ -25,51 +26,6 @@ use elector::Elector;
 
 /// What stops the operator a leader runs: shutdown, or the Lease lost.
 pub type Stop = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
-
-/// The timing of an election, as in Kubernetes' own controllers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTiming {
-    /// How long followers wait, after last seeing the Lease change, before taking it over.
-    pub lease_duration: Duration,
-    /// How long after sending its last successful renewal a leader keeps writing; shorter
-    /// than `lease_duration`.
-    pub renew_deadline: Duration,
-    /// How often the Lease is read (followers) or renewed (the leader).
-    pub retry_period: Duration,
-}
-
-impl LeaseTiming {
-    /// The renew deadline at 2/3 of the duration and the retry period at 2/15 of it
-    /// (Kubernetes' 15 s / 10 s / 2 s for a duration of 15 s).
-    pub fn for_duration(lease_duration: Duration) -> LeaseTiming {
-        LeaseTiming {
-            lease_duration,
-            renew_deadline: lease_duration * 2 / 3,
-            retry_period: lease_duration * 2 / 15,
-        }
-    }
-}
-
-/// A holder identity unique to this process: `base` (the pod name, else the host name)
-/// and a random part, so that two replicas never share one — not even where both are pid 1
-/// in their containers, or were given the same name.
-pub fn unique_identity(base: &str) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    // RandomState is seeded from the operating system's randomness.
-    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
-    random.write_u32(std::process::id());
-    format!("{base}_{:016x}", random.finish())
-}
-
-/// Where the Lease is and who this replica is.
-#[derive(Debug, Clone)]
-pub struct LeaderElection {
-    pub lease_name: String,
-    pub namespace: String,
-    /// Unique per replica: the pod name in a cluster.
-    pub identity: String,
-    pub timing: LeaseTiming,
-}
 
 /// The API clients of a replica under leader election, counting into one [`ApiRequests`].
 pub struct ElectedClients {

@@ -12,8 +12,7 @@ use kube::{Api, Client, Resource};
 
 use crate::excerpt::excerpt;
 use crate::local_registry::{self, LocalRegistry};
-use crate::operator::mappings::rules_watcher::Change;
-use crate::operator::watches::watch_backoff::WatchBackoff;
+use crate::operator::read::watches::watch_backoff::WatchBackoff;
 
 /// One observation of the ConfigMap.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,16 +28,14 @@ pub enum Observed {
     Unread(String),
 }
 
-/// The ConfigMap's observations, as rule changes.
-pub fn changes(client: &Client) -> BoxStream<'static, Change> {
+/// The ConfigMap's observations.
+pub fn observations(client: &Client) -> BoxStream<'static, Observed> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), local_registry::NAMESPACE);
     watcher::watch_object(api, local_registry::NAME)
         .backoff(WatchBackoff::default())
-        .map(|event| {
-            Change::LocalRegistry(match event {
-                Ok(seen) => observe(seen.as_ref()),
-                Err(e) => Observed::Unread(excerpt(&e.to_string())),
-            })
+        .map(|event| match event {
+            Ok(seen) => observe(seen.as_ref()),
+            Err(e) => Observed::Unread(excerpt(&e.to_string())),
         })
         .boxed()
 }

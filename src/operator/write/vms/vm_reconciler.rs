@@ -4,17 +4,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
 
 use crate::api::{VirtualMachine, VirtualMachineStatus};
 use crate::conditions;
 use crate::namespaced_name::NamespacedName;
-use crate::operator::context::Context;
-use crate::operator::tags::followed_tags::{Followed, Lookup};
-use crate::operator::vms::replacements::NewPod;
-use crate::operator::vms::writes::{
+use crate::operator::observe::health::Health;
+use crate::operator::observe::metrics::Metrics;
+use crate::operator::options::Options;
+use crate::operator::read::digests::followed_tags::FollowedTags;
+use crate::operator::read::digests::followed_tags::{Followed, Lookup};
+use crate::operator::read::rules::rules_in_force::RulesInForce;
+use crate::operator::read::watches::caches::Caches;
+use crate::operator::write::mapping_statuses::status_due::StatusDue;
+use crate::operator::write::vms::recreation_budget::RecreationBudget;
+use crate::operator::write::vms::replacements::NewPod;
+use crate::operator::write::vms::vm_memory::VmMemory;
+use crate::operator::write::writes::events::EventRecorder;
+use crate::operator::write::writes::requests::{
     PodDeletion, Written, apply_status, create_pod, delete_pod, relabel_pod,
 };
 use crate::rules::Mode;
@@ -57,19 +66,37 @@ const TERMINATING_RECHECK: Duration = Duration::from_secs(5);
 /// Backoff after a failed reconcile.
 const ERROR_BACKOFF: Duration = Duration::from_secs(2);
 
+/// What a reconcile observes, and writes and reports through.
+pub struct Reconciler {
+    pub client: Client,
+    pub options: Options,
+    pub caches: Caches,
+    pub rules: Arc<RulesInForce>,
+    /// The tags the VM's images follow, and their digests.
+    pub followed: Arc<FollowedTags>,
+    /// What is remembered of each VM between reconciles.
+    pub memory: Arc<VmMemory>,
+    pub budget: RecreationBudget,
+    pub recorder: EventRecorder,
+    /// The VMs whose mapping counts may have changed.
+    pub status_due: Arc<StatusDue>,
+    pub health: Arc<Health>,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Reconciles one VirtualMachine, counting it in the metrics and the liveness probe.
 pub async fn reconcile(
     vm: Arc<VirtualMachine>,
-    ctx: Arc<Context>,
+    ctx: Arc<Reconciler>,
 ) -> Result<Action, ReconcileError> {
-    let health = Arc::clone(&ctx.observers.health);
+    let health = Arc::clone(&ctx.health);
     let _running = health.reconcile_started();
     let started = std::time::Instant::now();
     let result = reconcile_vm(&vm, &ctx).await;
     // Mapping statuses count VMs and list those awaiting a restart: this one is counted
     // again, whatever the reconcile did.
-    ctx.mapping_status_due.vm(NamespacedName::of(vm.as_ref()));
-    let metrics = &ctx.observers.metrics;
+    ctx.status_due.vm(NamespacedName::of(vm.as_ref()));
+    let metrics = &ctx.metrics;
     metrics.reconciled(started.elapsed().as_secs_f64());
     if let Err(e) = &result {
         metrics.failed(e.category());
@@ -77,7 +104,7 @@ pub async fn reconcile(
     result
 }
 
-async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, ReconcileError> {
+async fn reconcile_vm(vm: &VirtualMachine, ctx: &Reconciler) -> Result<Action, ReconcileError> {
     let namespace = vm.namespace().unwrap_or_default();
     if !ctx.options.acts_in(&namespace) || vm.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -124,7 +151,7 @@ async fn reconcile_vm(vm: &VirtualMachine, ctx: &Context) -> Result<Action, Reco
 /// to show it (`Some`); a pod found missing, or not the VM's, is remembered as gone.
 async fn look_up_named_pod(
     vm: &VirtualMachine,
-    ctx: &Context,
+    ctx: &Reconciler,
     namespace: &str,
 ) -> Result<Option<Action>, ReconcileError> {
     let Some(name) = vm.status.as_ref().and_then(|s| s.pod_name.as_deref()) else {
@@ -191,7 +218,7 @@ fn refusal(error: &kube::Error) -> Option<String> {
 /// the recreation budget is spent for that long.
 fn observe_and_plan(
     vm: &VirtualMachine,
-    ctx: &Context,
+    ctx: &Reconciler,
     namespace: &str,
     recreation_wait: Option<Duration>,
 ) -> Plan {
@@ -262,7 +289,7 @@ fn observe_and_plan(
 async fn apply(
     vm: &VirtualMachine,
     latest: &VirtualMachine,
-    ctx: &Context,
+    ctx: &Reconciler,
     namespace: &str,
     plan: &Plan,
 ) -> Result<Action, ReconcileError> {
@@ -314,7 +341,7 @@ async fn apply(
                 // pod watch hands the replacement over when it shows that pod gone.
                 let deletion = delete(&pods, name, uid, *grace).await?;
                 if deletion != PodDeletion::Replaced {
-                    ctx.observers.metrics.recreated();
+                    ctx.metrics.recreated();
                     ctx.memory
                         .expectations
                         .deleted(vm_ref.clone(), name.clone(), uid.clone());
@@ -346,7 +373,7 @@ async fn apply(
 }
 
 async fn create(
-    ctx: &Context,
+    ctx: &Reconciler,
     api: &Api<Pod>,
     vm: &NamespacedName,
     pod: &Pod,
@@ -382,7 +409,11 @@ async fn delete(
 
 /// Backoff after a failed reconcile.
 #[allow(clippy::needless_pass_by_value)] // The signature kube's Controller calls.
-pub fn error_policy(vm: Arc<VirtualMachine>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    vm: Arc<VirtualMachine>,
+    error: &ReconcileError,
+    _ctx: Arc<Reconciler>,
+) -> Action {
     let error_category = error.category();
     let error = crate::excerpt::excerpt(&error.to_string());
     tracing::warn!(vm = %NamespacedName::of(vm.as_ref()), category = error_category, %error, "reconcile failed");

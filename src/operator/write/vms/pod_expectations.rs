@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use crate::operator::watches::cache_events::ListScope;
+use crate::operator::read::watches::cache_events::ListScope;
 
 #[derive(Debug)]
 struct Expected {

@@ -1,23 +1,13 @@
-//! Replacement pods waiting for their VM's old pod to go. A liveReload replacement whose old
-//! pod is still terminating when the reconcile deletes it is created the moment the pod
-//! watch shows that pod gone — on evidence, as the reconcile would, but without waiting for
-//! the VM's next turn in the controller's queue behind every other VM of a fan-out.
+//! Replacement pods waiting for their VM's old pod to go: a liveReload replacement whose old
+//! pod is still terminating when the reconcile deletes it waits here until the pod watch
+//! shows that pod gone, and is then handed over to the replacement creator.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::namespaced_name::NamespacedName;
-use futures::StreamExt;
-use futures::channel::mpsc::UnboundedReceiver;
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::Api;
 
 use crate::api::ResolvedImage;
-use crate::operator::context::Context;
-use crate::operator::vms::trigger::Trigger;
-use crate::operator::vms::writes::create_pod;
-use crate::runner_pod;
 
 /// A replacement pod, as little as builds it again from its VM: its name, the images and
 /// the restart count it runs (a whole pod per VM of a fan-out would take megabytes).
@@ -102,49 +92,6 @@ impl Replacements {
     pub fn forget(&self, vm: &NamespacedName) {
         self.lock().remove(vm);
     }
-}
-
-/// Creates each replacement handed over (as many at once as reconciles may run), then asks
-/// for a reconcile of its VM, which reports it. Runs until the pod watcher stops.
-pub async fn create_handed_over(
-    ctx: Arc<Context>,
-    handed: UnboundedReceiver<Replacement>,
-    trigger: Trigger,
-) {
-    let concurrency = usize::from(ctx.options.concurrency);
-    handed
-        .for_each_concurrent(concurrency, |r| {
-            let (ctx, trigger) = (Arc::clone(&ctx), trigger.clone());
-            async move {
-                // Built from the VM as it is now: one deleted meanwhile gets no pod, and
-                // one whose spec changed gets the pod its reconcile plans.
-                let pod = ctx.caches.vms.get(&r.vm.object_ref()).and_then(|vm| {
-                    runner_pod::build(&vm, &r.pod.images, r.pod.restart_count)
-                        .filter(|pod| pod.name_any() == r.pod.name)
-                });
-                match pod {
-                    Some(pod) => create(&ctx, &r.vm, &pod).await,
-                    None => ctx.memory.replacements.done(&r.vm),
-                }
-                trigger.reconcile(&r.vm);
-            }
-        })
-        .await;
-}
-
-async fn create(ctx: &Context, vm: &NamespacedName, pod: &Pod) {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &vm.namespace);
-    match create_pod(&api, pod).await {
-        Ok(_) => {
-            ctx.memory.expectations.expect(vm.clone(), pod.name_any());
-            ctx.memory.create_failures.created(vm);
-        }
-        Err(e) => {
-            // The reconcile that follows plans the pod again (and reports a refusal).
-            tracing::info!(%vm, pod = %pod.name_any(), error = %crate::excerpt::excerpt(&e.to_string()), "creating a replacement pod");
-        }
-    }
-    ctx.memory.replacements.done(vm);
 }
 
 #[cfg(test)]

@@ -14,9 +14,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::operator::context::Context;
 use crate::operator::http_endpoint::text;
-use crate::operator::tags::token_file::TokenFile;
+use crate::operator::read::digests::followed_tags::FollowedTags;
+use crate::operator::write::tags::token_file::TokenFile;
+use crate::registry::Registries;
 use crate::registry::push::{authorized, pushed_tags};
 
 /// The largest envelope read.
@@ -31,9 +32,17 @@ static STARTED: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant:
 /// refused (seconds).
 const RETRY_AFTER: &str = "5";
 
-/// The operator's context while it runs (leads): what the endpoint acts on.
+/// What a notification acts on: the followed tags, checked now at their registries (the
+/// cluster's local registry renames what was pushed to it).
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub followed: Arc<FollowedTags>,
+    pub registries: Arc<Registries>,
+}
+
+/// What the endpoint acts on while the operator runs (leads).
 #[derive(Default)]
-pub struct Running(RwLock<Option<Arc<Context>>>);
+pub struct Running(RwLock<Option<Pushed>>);
 
 impl std::fmt::Debug for Running {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,12 +53,12 @@ impl std::fmt::Debug for Running {
 }
 
 impl Running {
-    /// The operator runs with `ctx` (`None`: it stopped, or does not lead).
-    pub fn set(&self, ctx: Option<Arc<Context>>) {
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = ctx;
+    /// The operator runs, acting on `pushed` (`None`: it stopped, or does not lead).
+    pub fn set(&self, pushed: Option<Pushed>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = pushed;
     }
 
-    fn get(&self) -> Option<Arc<Context>> {
+    fn get(&self) -> Option<Pushed> {
         self.0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -121,7 +130,6 @@ async fn handle(req: Request<Incoming>, token: &str, running: &Running) -> Respo
         Err(e) => return text(StatusCode::BAD_REQUEST, crate::excerpt::excerpt(&e)),
     };
     let now = Instant::now();
-    let ctx = &*ctx;
     // A push to the cluster's local registry by any of its names is one to its own name.
     let local = ctx.registries.local_registry();
     let mut followed = 0;

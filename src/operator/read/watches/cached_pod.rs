@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::{Deserialize, Serialize};
 
-use crate::operator::watches::interner::{Interner, Shareable};
+use crate::operator::read::watches::interner::{Interner, Shareable};
 use crate::runner_pod::{IMAGES_HASH_ANNOTATION, RESTART_COUNT_ANNOTATION, VM_LABEL};
 
 /// A container's name and image.

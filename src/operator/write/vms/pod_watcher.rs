@@ -12,13 +12,13 @@ use kube::{Api, Client};
 
 use crate::api::GROUP;
 use crate::namespaced_name::NamespacedName;
-use crate::operator::vms::pod_expectations::PodExpectations;
-use crate::operator::vms::replacements::{Replacement, Replacements};
-use crate::operator::vms::trigger::Trigger;
-use crate::operator::vms::writes::{Written, relabel_pod};
-use crate::operator::watches::cache_events::CacheEvent;
-use crate::operator::watches::cached_pod::CachedPod;
-use crate::operator::watches::pod_index::PodIndex;
+use crate::operator::read::watches::cache_events::CacheEvent;
+use crate::operator::read::watches::cached_pod::CachedPod;
+use crate::operator::read::watches::pod_index::PodIndex;
+use crate::operator::write::vms::pod_expectations::PodExpectations;
+use crate::operator::write::vms::replacements::{Replacement, Replacements};
+use crate::operator::write::vms::trigger::Trigger;
+use crate::operator::write::writes::requests::{Written, relabel_pod};
 
 /// The VM whose controller owner reference `pod` carries.
 #[must_use]

@@ -17,18 +17,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::operator::context::Context;
 use crate::operator::jitter::jittered;
-use crate::operator::options::Options;
-use crate::operator::tags::followed_tags::{Followed, FollowedBy};
-use crate::operator::vms::trigger::Trigger;
+use crate::operator::observe::metrics::Metrics;
+use crate::operator::read::digests::followed_tags::{Followed, FollowedBy, FollowedTags};
+use crate::operator::write::vms::trigger::Trigger;
 use crate::reference::domain_of_normalized;
-use crate::registry::{Cause, Credentials, RegistryError};
+use crate::registry::{Cause, Credentials, Registries, RegistryError};
 
 /// Most checks under way at one registry, per follower.
 const CHECKS_PER_REGISTRY: usize = 4;
@@ -44,8 +43,20 @@ const SERVED: &str =
     "ClusterImageMapping rules (and the namespaces --registry-credentials-namespaces names) only";
 
 /// Runs until the operator stops.
-pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
-    let interval = ctx.options.tag_poll_interval;
+/// What the follower checks, where, and whom it tells.
+pub struct TagFollower {
+    pub followed: Arc<FollowedTags>,
+    pub registries: Arc<Registries>,
+    pub metrics: Arc<Metrics>,
+    /// `--tag-poll-interval`.
+    pub poll_interval: Duration,
+    /// `--registry-credentials-namespaces`: the namespaces whose tags are checked with the
+    /// credentials besides the cluster's.
+    pub credentials_namespaces: Vec<String>,
+}
+
+pub async fn run(ctx: Arc<TagFollower>, trigger: Trigger) {
+    let interval = ctx.poll_interval;
     // Checked without the credentials, a private registry's tags would be reported
     // unverified until they are read.
     ctx.registries.loaded().await;
@@ -98,7 +109,7 @@ pub async fn run(ctx: Arc<Context>, trigger: Trigger) {
 /// A check taken from the followed tags: it is answered, whatever happens to the task
 /// (a reference left under way would never be checked again).
 struct UnderWay<'a> {
-    ctx: &'a Context,
+    ctx: &'a TagFollower,
     trigger: &'a Trigger,
     reference: &'a Followed,
     answered: bool,
@@ -109,7 +120,7 @@ impl UnderWay<'_> {
     /// lets the pods that waited for it be created).
     fn answer(&mut self, result: Result<String, RegistryError>) {
         self.answered = true;
-        let interval = self.ctx.options.tag_poll_interval;
+        let interval = self.ctx.poll_interval;
         let users =
             self.ctx
                 .followed
@@ -141,7 +152,7 @@ async fn check(mut under_way: UnderWay<'_>) {
         under_way.answered = true;
         return;
     }
-    let credentials = if served(&ctx.options, &reference.by) {
+    let credentials = if served(&ctx.credentials_namespaces, &reference.by) {
         Credentials::InForce
     } else {
         Credentials::NotServed(SERVED)
@@ -153,16 +164,16 @@ async fn check(mut under_way: UnderWay<'_>) {
     if let Err(e) = &result {
         tracing::warn!(reference = %reference.reference, error = %e, "could not check a followed tag");
     }
-    ctx.observers.metrics.tag_checked(result.is_ok());
+    ctx.metrics.tag_checked(result.is_ok());
     under_way.answer(result);
 }
 
 /// Whether the registry credentials serve `by`: the cluster's rules, and the namespaces the
 /// administrator named.
-fn served(options: &Options, by: &FollowedBy) -> bool {
+fn served(credentials_namespaces: &[String], by: &FollowedBy) -> bool {
     match by {
         FollowedBy::Cluster => true,
-        FollowedBy::Namespace(ns) => options.registry_credentials_namespaces.contains(ns),
+        FollowedBy::Namespace(ns) => credentials_namespaces.contains(ns),
     }
 }
 
@@ -172,16 +183,10 @@ mod tests {
 
     #[test]
     fn credentials_serve_the_cluster_and_the_namespaces_named() {
-        let options = Options {
-            registry_credentials_namespaces: vec!["ci".into()],
-            ..Options::default()
-        };
-        assert!(served(&options, &FollowedBy::Cluster));
-        assert!(served(&options, &FollowedBy::Namespace("ci".into())));
-        assert!(!served(&options, &FollowedBy::Namespace("dev".into())));
-        assert!(!served(
-            &Options::default(),
-            &FollowedBy::Namespace("ci".into())
-        ));
+        let named = ["ci".to_string()];
+        assert!(served(&named, &FollowedBy::Cluster));
+        assert!(served(&named, &FollowedBy::Namespace("ci".into())));
+        assert!(!served(&named, &FollowedBy::Namespace("dev".into())));
+        assert!(!served(&[], &FollowedBy::Namespace("ci".into())));
     }
 }

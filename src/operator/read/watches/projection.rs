@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
 use crate::api::{ClusterImageMapping, ImageMapping, ResolvedImage, VirtualMachine};
-use crate::operator::watches::cached_pod::CachedPod;
-use crate::operator::watches::interner::{Interner, Shareable};
+use crate::operator::read::watches::cached_pod::CachedPod;
+use crate::operator::read::watches::interner::{Interner, Shareable};
 
 /// What a cache keeps of an object of a kind.
 pub trait Projection {

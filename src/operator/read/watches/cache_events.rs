@@ -18,10 +18,10 @@ use serde::de::DeserializeOwned;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::operator::observe::health::Health;
-use crate::operator::watches::cached_pod::CachedPod;
-use crate::operator::watches::caches::Listed;
-use crate::operator::watches::projection::Projection;
-use crate::operator::watches::watch_backoff::WatchBackoff;
+use crate::operator::read::watches::cached_pod::CachedPod;
+use crate::operator::read::watches::listed::Listed;
+use crate::operator::read::watches::projection::Projection;
+use crate::operator::read::watches::watch_backoff::WatchBackoff;
 
 /// What one list covers: a namespace (for a cluster-scoped kind, the object of that
 /// name), or everything (`None`).

@@ -10,18 +10,30 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource};
+use kube::{Api, Client, Resource};
 
-use crate::operator::context::Context;
 use crate::operator::options::SecretName;
-use crate::operator::watches::watch_backoff::WatchBackoff;
-use crate::registry::{CredentialSource, RegistryCredentials};
+use crate::operator::read::digests::followed_tags::FollowedTags;
+use crate::operator::read::watches::watch_backoff::WatchBackoff;
+use crate::operator::write::writes::events::EventRecorder;
+use crate::registry::{CredentialSource, Registries, RegistryCredentials};
 
 /// The reason of the Warning Event on a Secret that cannot be (fully) used.
 const UNUSABLE: &str = "RegistryCredentialsUnusable";
 
+/// What the watcher reads through and puts the credentials in force for.
+pub struct CredentialsWatcher {
+    pub client: Client,
+    /// Where the credentials are put in force.
+    pub registries: Arc<Registries>,
+    /// Re-checked when the credentials change.
+    pub followed: Arc<FollowedTags>,
+    /// Says when the Secret cannot be used.
+    pub recorder: EventRecorder,
+}
+
 /// Runs until the operator stops.
-pub async fn run(ctx: Arc<Context>, secret: SecretName) {
+pub async fn run(ctx: CredentialsWatcher, secret: SecretName) {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret.namespace);
     // The Secret as it is, `None` once it is gone or missing from a list.
     let mut events = watcher::watch_object(api, &secret.name)
@@ -98,7 +110,7 @@ fn read(secret: &SecretName, seen: Option<&Secret>) -> Reading {
 }
 
 async fn put_in_force(
-    ctx: &Context,
+    ctx: &CredentialsWatcher,
     secret: &SecretName,
     object: Option<&Secret>,
     reading: Reading,

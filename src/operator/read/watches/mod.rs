@@ -10,6 +10,7 @@ pub mod cached_pod;
 pub mod caches;
 pub mod interner;
 pub mod invalid_objects;
+pub mod listed;
 pub mod pod_index;
 pub mod projection;
 pub mod unreadable_mappings;

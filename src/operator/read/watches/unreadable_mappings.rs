@@ -12,7 +12,7 @@ use kube::core::error_boundary::InvalidObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::excerpt::excerpt;
-use crate::operator::watches::cache_events::{CacheEvent, ListScope};
+use crate::operator::read::watches::cache_events::{CacheEvent, ListScope};
 
 /// A mapping: its kind, namespace (none for a ClusterImageMapping) and name.
 type Key = (&'static str, Option<String>, String);

@@ -7,51 +7,15 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::watch;
 
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::namespaced_name::NamespacedName;
 use crate::operator::options::Options;
-use crate::operator::watches::cached_pod::CachedPod;
-use crate::operator::watches::pod_index::PodIndex;
+use crate::operator::read::watches::cached_pod::CachedPod;
+use crate::operator::read::watches::listed::CachesListed;
+use crate::operator::read::watches::pod_index::PodIndex;
 use crate::rules::{MappingInput, Scope};
 use crate::vm_images::{self, VmView};
-
-/// Whether a cache has listed once: marked by its watch stream when every namespace it
-/// covers has listed and the store holds the lists. Any number of tasks may wait on it (kube's
-/// `Store::wait_until_ready` wakes only the last of several waiters).
-#[derive(Debug, Clone, Default)]
-pub struct Listed(Arc<watch::Sender<bool>>);
-
-impl Listed {
-    /// The cache has listed.
-    pub fn mark(&self) {
-        self.0
-            .send_if_modified(|listed| !std::mem::replace(listed, true));
-    }
-
-    /// Whether the cache has listed.
-    #[must_use]
-    pub fn is_marked(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Waits until the cache has listed.
-    pub async fn wait(&self) {
-        // The sender lives in `self`: the channel cannot close while this waits.
-        let _ = self.0.subscribe().wait_for(|listed| *listed).await;
-    }
-}
-
-/// Which caches have listed.
-#[derive(Debug, Clone, Default)]
-pub struct CachesListed {
-    pub vms: Listed,
-    pub pods: Listed,
-    pub mappings: Listed,
-    pub cluster_mappings: Listed,
-    pub namespaces: Listed,
-}
 
 /// The reflector stores of the operator.
 #[derive(Clone)]
@@ -65,7 +29,8 @@ pub struct Caches {
     pub namespaces: Store<Namespace>,
     pub listed: CachesListed,
     /// Mappings whose rules are unknown: the VMs they could map change no pod.
-    pub unreadable_mappings: Arc<crate::operator::watches::unreadable_mappings::UnreadableMappings>,
+    pub unreadable_mappings:
+        Arc<crate::operator::read::watches::unreadable_mappings::UnreadableMappings>,
 }
 
 impl Caches {
@@ -201,29 +166,5 @@ impl VmsInScope {
                     .unwrap_or(&self.none),
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::operator::watches::caches::Listed;
-
-    #[tokio::test]
-    async fn every_waiter_wakes_when_a_cache_has_listed() {
-        let listed = Listed::default();
-        let waiters: Vec<_> = (0..3)
-            .map(|_| {
-                let l = listed.clone();
-                tokio::spawn(async move { l.wait().await })
-            })
-            .collect();
-        tokio::task::yield_now().await;
-        assert!(waiters.iter().all(|w| !w.is_finished()));
-        listed.mark();
-        for w in waiters {
-            w.await.unwrap();
-        }
-        // Marked once, waiting returns at once.
-        listed.wait().await;
     }
 }

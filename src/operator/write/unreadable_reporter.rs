@@ -1,33 +1,19 @@
-//! Objects the operator cannot read — a tenant wrote something the CRD accepts but the
-//! operator's types do not (an integer out of range in an extra init container, say). Each
-//! is skipped, never blocking its watch; it is logged, counted in
-//! `imagemap_invalid_objects_total`, and a Warning Event on it says what to fix.
+//! Reports the objects the operator cannot read (`read::watches::invalid_objects`): each is
+//! logged, counted in `imagemap_invalid_objects_total`, and a Warning Event on it says what
+//! to fix.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::core::error_boundary::InvalidObject;
 
-use crate::operator::context::Context;
+use crate::operator::observe::metrics::Metrics;
+use crate::operator::read::watches::invalid_objects::Unreadable;
+use crate::operator::write::writes::events::EventRecorder;
 
 /// Event reason of an object the operator cannot read.
 pub const INVALID_OBJECT: &str = "InvalidObject";
-
-/// An unreadable object and the kind it was watched as.
-#[derive(Debug)]
-pub struct Unreadable {
-    pub api_version: String,
-    pub kind: String,
-    pub object: Box<InvalidObject>,
-}
-
-/// Where the watches send unreadable objects, and the stream the reporter reads.
-#[must_use]
-pub fn channel() -> (UnboundedSender<Unreadable>, UnboundedReceiver<Unreadable>) {
-    unbounded()
-}
 
 /// The Event's object reference for `u`.
 fn regarding(u: &Unreadable) -> ObjectReference {
@@ -43,8 +29,13 @@ fn regarding(u: &Unreadable) -> ObjectReference {
     }
 }
 
-/// Reports each unreadable object, until the watches stop.
-pub async fn report(ctx: Arc<Context>, mut unreadable: UnboundedReceiver<Unreadable>) {
+/// Reports each unreadable object (in the log, `metrics` and a Warning Event through
+/// `recorder`), until the watches stop.
+pub async fn report(
+    mut unreadable: UnboundedReceiver<Unreadable>,
+    metrics: Arc<Metrics>,
+    recorder: EventRecorder,
+) {
     while let Some(u) = unreadable.next().await {
         let meta = &u.object.metadata;
         tracing::warn!(
@@ -54,14 +45,12 @@ pub async fn report(ctx: Arc<Context>, mut unreadable: UnboundedReceiver<Unreada
             error = %crate::excerpt::excerpt(&u.object.error),
             "cannot read object; skipped until it is fixed"
         );
-        ctx.observers.metrics.invalid_object();
+        metrics.invalid_object();
         let message = format!(
             "imagemap cannot read this {}: {}; it is ignored until it is fixed",
             u.kind,
             crate::excerpt::excerpt(&u.object.error)
         );
-        ctx.recorder
-            .warn(regarding(&u), INVALID_OBJECT, message)
-            .await;
+        recorder.warn(regarding(&u), INVALID_OBJECT, message).await;
     }
 }

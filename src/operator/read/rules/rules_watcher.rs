@@ -1,26 +1,46 @@
-//! Mapping, namespace and local registry changes: recompile the rules and ask for a
-//! reconcile of exactly the VMs whose images resolve differently — which also covers
+//! Mapping, namespace and local registry changes: recompile the rules, put them in force,
+//! and tell what changed ([`RulesChanged`]) to whoever acts on it — which also covers
 //! mappings deleted or changed while a watch was down.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::namespaced_name::NamespacedName;
+use futures::channel::mpsc::UnboundedSender;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::ResourceExt;
 
-use k8s_openapi::api::core::v1::Namespace;
+use crate::local_registry;
+use crate::operator::options::Options;
+use crate::operator::read::rules::local_registry_watcher::Observed;
+use crate::operator::read::rules::rules_in_force::{RuleChange, RulesInForce};
+use crate::operator::read::watches::cache_events::CacheEvent;
+use crate::operator::read::watches::caches::Caches;
+use crate::operator::read::watches::unreadable_mappings::Held;
+use crate::registry::Registries;
 
-use crate::operator::context::Context;
-use crate::operator::mappings::local_registry_watcher::Observed;
-use crate::operator::vms::trigger::Trigger;
-use crate::operator::watches::cache_events::CacheEvent;
-use crate::operator::watches::unreadable_mappings::Held;
-use crate::{local_registry, rule_change};
-
-/// The reason of the Warning Event on a local registry ConfigMap that cannot be used.
-const LOCAL_REGISTRY_UNUSABLE: &str = "LocalRegistryUnusable";
+/// What changed in the rules, as told to whoever acts on it.
+#[derive(Debug)]
+pub enum RulesChanged {
+    /// The rules were compiled for the first time: every store has listed.
+    Compiled,
+    /// The rules were compiled again: what they were, and are.
+    Rules(RuleChange),
+    /// The cluster's local registry in force changed: its tags are asked at another name,
+    /// or at none.
+    LocalRegistry,
+    /// The local registry's ConfigMap cannot be used: why, and the ConfigMap.
+    LocalRegistryUnusable {
+        message: String,
+        object: ObjectReference,
+    },
+    /// What a namespace's VMs resolve to may have changed (its labels, or an unreadable
+    /// mapping holding it came or went).
+    Namespace(String),
+    /// An unreadable cluster-wide mapping came or went: every VM may resolve differently.
+    Everywhere,
+}
 
 /// What a mapping or namespace watch event means for the VMs.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,13 +108,41 @@ impl Burst {
     }
 }
 
+/// What the rules are compiled from and put in force in, and whom a change is told.
+pub struct RulesWatcher {
+    pub options: Options,
+    pub caches: Caches,
+    pub rules: Arc<RulesInForce>,
+    /// Holds the cluster's local registry in force.
+    pub registries: Arc<Registries>,
+    /// Where what changed is told (closed: nobody acts on it any more).
+    pub told: UnboundedSender<RulesChanged>,
+}
+
+impl RulesWatcher {
+    fn tell(&self, changed: RulesChanged) {
+        // Closed only when the operator stops.
+        let _ = self.told.unbounded_send(changed);
+    }
+
+    /// Compiles the cached mappings and puts them in force.
+    fn recompile(&self) -> RuleChange {
+        let inputs = self.caches.mapping_inputs(&self.options);
+        self.rules.recompile(
+            &inputs,
+            &self
+                .options
+                .compile_options(self.registries.local_registry()),
+        )
+    }
+}
+
 /// Runs until `changes` ends. Once every mapping and namespace store has listed and the
-/// local registry was observed, compiles the rules and sends `ready`; from then on each
-/// burst of changes is handled at once.
+/// local registry was observed, compiles the rules, tells [`RulesChanged::Compiled`] and
+/// sends `ready`; from then on each burst of changes is handled at once.
 pub async fn run(
-    ctx: Arc<Context>,
+    ctx: RulesWatcher,
     mut changes: BoxStream<'static, Change>,
-    trigger: Trigger,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
     // The stores fill as `changes` is polled: poll it until all have listed.
@@ -113,7 +161,7 @@ pub async fn run(
                 None => return,
                 Some(Change::LocalRegistry(observed)) => {
                     local_seen = true;
-                    put_local_registry_in_force(&ctx, observed, &mut local_failing).await;
+                    put_local_registry_in_force(&ctx, observed, &mut local_failing);
                 }
                 Some(_) => {}
             }
@@ -132,7 +180,7 @@ pub async fn run(
             (name, l)
         })
         .collect();
-    ctx.mapping_status_due.mappings();
+    ctx.tell(RulesChanged::Compiled);
     let _ = ready.send(());
 
     while let Some(first) = changes.next().await {
@@ -143,13 +191,12 @@ pub async fn run(
         }
         // A local registry put in force (or gone) renames what rules match and produce.
         let local_changed = match burst.local.take() {
-            Some(observed) => put_local_registry_in_force(&ctx, observed, &mut local_failing).await,
+            Some(observed) => put_local_registry_in_force(&ctx, observed, &mut local_failing),
             None => false,
         };
         if local_changed {
-            apply_rule_change(&ctx, &trigger);
-            // Its tags are now asked at another name, or at none.
-            ctx.followed.check_all_now(std::time::Instant::now());
+            ctx.tell(RulesChanged::Rules(ctx.recompile()));
+            ctx.tell(RulesChanged::LocalRegistry);
         }
         // Only a change of what the rules are compiled from recompiles them: not a status
         // write (this operator's own included), not a re-list that found the same mappings.
@@ -157,46 +204,38 @@ pub async fn run(
             let now = ctx.caches.mappings_fingerprint(&ctx.options);
             if now != compiled {
                 compiled = now;
-                apply_rule_change(&ctx, &trigger);
+                ctx.tell(RulesChanged::Rules(ctx.recompile()));
             }
         }
         for ns in &burst.namespaces {
             let now = ctx.caches.namespace_labels(ns);
             if labels.get(ns) != Some(&now) {
                 labels.insert(ns.clone(), now);
-                apply_namespace_change(&ctx, ns, &trigger);
+                ctx.tell(RulesChanged::Namespace(ns.clone()));
             }
         }
         // VMs held by an unreadable mapping, or released: they say so (or act again).
         if burst.held.contains(&None) {
-            for vm in ctx.caches.vms.state() {
-                trigger.reconcile(&NamespacedName::of(vm.as_ref()));
-            }
+            ctx.tell(RulesChanged::Everywhere);
         } else {
             for ns in burst.held.iter().flatten() {
-                apply_namespace_change(&ctx, ns, &trigger);
+                ctx.tell(RulesChanged::Namespace(ns.clone()));
             }
         }
     }
 }
 
 /// Puts what was observed of the local registry in force; whether that changed it. An
-/// unusable document puts none in force (said in the log and in a Warning Event on the
-/// ConfigMap); a failed read keeps what is (said once while it fails).
-async fn put_local_registry_in_force(
-    ctx: &Context,
-    observed: Observed,
-    failing: &mut bool,
-) -> bool {
+/// unusable document puts none in force (said in the log, and told to become a Warning Event
+/// on the ConfigMap); a failed read keeps what is (said once while it fails).
+fn put_local_registry_in_force(ctx: &RulesWatcher, observed: Observed, failing: &mut bool) -> bool {
     let configmap = format!("{}/{}", local_registry::NAMESPACE, local_registry::NAME);
     let registry = match observed {
         Observed::Advertised(registry) => registry,
         Observed::Unusable { why, object } => {
             let message = format!("{configmap}: {why}; no local registry is taken from it");
             tracing::warn!("{message}");
-            ctx.recorder
-                .warn(object, LOCAL_REGISTRY_UNUSABLE, message)
-                .await;
+            ctx.tell(RulesChanged::LocalRegistryUnusable { message, object });
             None
         }
         Observed::Unread(why) => {
@@ -220,37 +259,6 @@ async fn put_local_registry_in_force(
         }
     }
     changed
-}
-
-/// Recompiles the rules from the caches and asks for a reconcile of every VM whose images
-/// resolve differently under the new rules than under the last compiled ones.
-fn apply_rule_change(ctx: &Context, trigger: &Trigger) {
-    let change = ctx.recompile();
-    let scope = ctx.caches.vms_in_scope(&ctx.options);
-    let affected = rule_change::affected_vms(
-        &change.old,
-        &change.new,
-        scope.views(),
-        &ctx.options.default_runner_image,
-    );
-    tracing::debug!(
-        affected = affected.len(),
-        rules = change.new.len(),
-        "rules recompiled"
-    );
-    for vm in affected {
-        trigger.reconcile(&NamespacedName::of(vm));
-    }
-    ctx.mapping_status_due.mappings();
-}
-
-/// Asks for a reconcile of every VM of a namespace.
-fn apply_namespace_change(ctx: &Context, namespace: &str, trigger: &Trigger) {
-    for vm in ctx.caches.vms.state() {
-        if vm.namespace().as_deref() == Some(namespace) {
-            trigger.reconcile(&NamespacedName::of(vm.as_ref()));
-        }
-    }
 }
 
 #[cfg(test)]

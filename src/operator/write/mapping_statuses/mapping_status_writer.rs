@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::ResourceExt;
 use kube::api::Api;
 
@@ -13,8 +14,14 @@ use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::conditions;
 use crate::mapping_status::{self, MappingView, VmCount, VmTally};
 use crate::namespaced_name::NamespacedName;
-use crate::operator::context::Context;
-use crate::operator::vms::writes::{Written, apply_status};
+use crate::operator::observe::metrics::Metrics;
+use crate::operator::observe::progress::Progress;
+use crate::operator::options::Options;
+use crate::operator::read::digests::followed_tags::FollowedTags;
+use crate::operator::read::rules::rules_in_force::RulesInForce;
+use crate::operator::read::watches::caches::Caches;
+use crate::operator::write::mapping_statuses::status_due::StatusDue;
+use crate::operator::write::writes::requests::{Written, apply_status};
 use crate::rule_change;
 use crate::rules::{MappingKey, Mode, RuleSet, Scope};
 use crate::vm_images::{Resolutions, VmView};
@@ -25,21 +32,34 @@ const COALESCE: Duration = Duration::from_millis(200);
 /// Pause before a pass that follows a failed write.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
-/// Runs one status pass each time [`Context::mapping_status_due`] is notified.
-pub async fn run(ctx: Arc<Context>) {
+/// What the status writer counts from, and writes and reports to.
+pub struct StatusWriter {
+    pub client: Client,
+    pub options: Options,
+    pub caches: Caches,
+    pub rules: Arc<RulesInForce>,
+    /// The digests a status lists for the tags a mapping's rules follow.
+    pub followed: Arc<FollowedTags>,
+    pub due: Arc<StatusDue>,
+    pub progress: Arc<Progress>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Runs one status pass each time [`StatusWriter::due`] is notified.
+pub async fn run(ctx: StatusWriter) {
     // Counting VMs from caches that have not listed them would write wrong counts.
     let listed = ctx.caches.listed.clone();
     futures::future::join(listed.vms.wait(), listed.pods.wait()).await;
-    let progress = Arc::clone(&ctx.observers.progress);
+    let progress = Arc::clone(&ctx.progress);
     let mut counted = Counted::default();
     loop {
-        ctx.mapping_status_due.notified().await;
+        ctx.due.notified().await;
         tokio::time::sleep(COALESCE).await;
         let covered = progress.status_pass_start();
         let failed = write_statuses(&ctx, &mut counted).await;
         progress.status_pass_done(covered);
         if failed > 0 {
-            ctx.mapping_status_due.mappings();
+            ctx.due.mappings();
             tokio::time::sleep(RETRY_AFTER).await;
         }
     }
@@ -57,8 +77,13 @@ impl Counted {
     /// Counts again the VMs named since the last pass and, when the rules changed, those
     /// that resolve differently under the new ones: a pass costs the VMs whose counts may
     /// have changed (plus, after a change of rules, a look at each VM's resolution key).
-    fn update(&mut self, ctx: &Context, rules: &Arc<RuleSet>, dry_runs: &BTreeSet<&MappingKey>) {
-        let mut due: HashSet<NamespacedName> = ctx.mapping_status_due.take();
+    fn update(
+        &mut self,
+        ctx: &StatusWriter,
+        rules: &Arc<RuleSet>,
+        dry_runs: &BTreeSet<&MappingKey>,
+    ) {
+        let mut due: HashSet<NamespacedName> = ctx.due.take();
         let runner = ctx.options.default_runner_image.as_str();
         match &self.rules {
             None => {
@@ -123,7 +148,7 @@ impl Counted {
 }
 
 /// Computes every status and writes those that changed; returns how many writes failed.
-async fn write_statuses(ctx: &Context, counted: &mut Counted) -> usize {
+async fn write_statuses(ctx: &StatusWriter, counted: &mut Counted) -> usize {
     let rules = ctx.rules.current();
     let mappings = ctx.caches.mappings.state();
     let cluster = ctx.caches.cluster_mappings.state();
@@ -145,9 +170,7 @@ async fn write_statuses(ctx: &Context, counted: &mut Counted) -> usize {
         &|mapping, reference| ctx.followed.digest_for_mapping(mapping, reference),
         &conditions::now(),
     );
-    ctx.observers
-        .metrics
-        .set_conflicts(computed.rules_in_conflict);
+    ctx.metrics.set_conflicts(computed.rules_in_conflict);
     let mut failed = 0;
     for m in &list {
         let Some(status) = computed.statuses.get(&m.key) else {

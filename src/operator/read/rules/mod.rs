@@ -1,0 +1,8 @@
+//! The rules in force: mapping, namespace and local registry events are compiled into the
+//! rule set every reader uses ([`rules_in_force`]), and what changed is told as
+//! [`rules_watcher::RulesChanged`] to whoever acts on it. Reads the caches (`watches`);
+//! calls the pure engine (`crate::rules`).
+
+pub mod local_registry_watcher;
+pub mod rules_in_force;
+pub mod rules_watcher;

@@ -1,0 +1,268 @@
+//! The write side: what only the leader does — the VirtualMachine controller ([`vms`]:
+//! reconciles, runner pods, and what a rule change asks of them), the mappings' statuses
+//! ([`mapping_statuses`]), following tags at their registries ([`tags`]), the report of
+//! objects that cannot be read ([`unreadable_reporter`]), and the writes and Events they
+//! all make ([`writes`]). It acts on what the read side keeps and tells.
+//!
+//! This file wires the write side's rooms together; they never import it.
+
+pub mod mapping_statuses;
+pub mod tags;
+pub mod unreadable_reporter;
+pub mod vms;
+pub mod writes;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::ready;
+use futures::{FutureExt, StreamExt};
+use kube::Client;
+use kube::runtime::controller::Controller;
+
+use crate::namespaced_name::NamespacedName;
+use crate::operator::observe::health::Health;
+use crate::operator::observe::metrics::Metrics;
+use crate::operator::observe::progress::Progress;
+use crate::operator::options::Options;
+use crate::operator::read::{ReadSide, Told};
+use crate::operator::tasks::Tasks;
+use mapping_statuses::mapping_status_writer::{self, StatusWriter};
+use mapping_statuses::status_due::StatusDue;
+use tags::credentials_watcher::{self, CredentialsWatcher};
+use tags::push_endpoint::{Pushed, Running};
+use tags::tag_follower::{self, TagFollower};
+use vms::pod_watcher;
+use vms::recreation_budget::RecreationBudget;
+use vms::replacement_creator::{self, ReplacementCreator};
+use vms::rule_changes::{self, RuleChanges};
+use vms::trigger::Trigger;
+use vms::vm_memory::VmMemory;
+use vms::vm_reconciler::{self, Reconciler};
+use writes::events::EventRecorder;
+
+/// What the write side writes with and reports to.
+pub struct WriteSide {
+    pub client: Client,
+    pub options: Options,
+    pub health: Arc<Health>,
+    pub metrics: Arc<Metrics>,
+    pub progress: Arc<Progress>,
+    /// What push notifications act on while the write side runs.
+    pub running: Arc<Running>,
+}
+
+/// Clears what push notifications act on when the write side stops, however it stops.
+struct Stopped(Arc<Running>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
+}
+
+/// Runs the write side on what `read` keeps and `told` tells, with the read side's `tasks`,
+/// until the VirtualMachine controller stops (or the future is dropped). When `shutdown`
+/// completes, no new reconcile starts, the running ones finish, and the function returns.
+/// A background task that ends is an error.
+#[allow(clippy::too_many_lines)] // The wiring: each task built with the parts it uses.
+pub async fn run(
+    side: WriteSide,
+    read: ReadSide,
+    told: Told,
+    mut tasks: Tasks,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let WriteSide {
+        client,
+        options,
+        health,
+        metrics,
+        progress,
+        running,
+    } = side;
+    let ReadSide {
+        caches,
+        rules,
+        followed,
+        registries,
+    } = read;
+    let listed = caches.listed.clone();
+    let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
+    let status_due = Arc::new(StatusDue::default());
+    let memory = Arc::new(VmMemory::default());
+    let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
+    tasks.spawn("event sender", event_sender);
+    tasks.spawn(
+        "rule change reactor",
+        rule_changes::run(
+            RuleChanges {
+                options: options.clone(),
+                caches: caches.clone(),
+                followed: Arc::clone(&followed),
+                status_due: Arc::clone(&status_due),
+                recorder: recorder.clone(),
+                trigger: trigger.clone(),
+            },
+            told.rules_changed,
+        ),
+    );
+    tasks.spawn(
+        "tag follower",
+        tag_follower::run(
+            Arc::new(TagFollower {
+                followed: Arc::clone(&followed),
+                registries: Arc::clone(&registries),
+                metrics: Arc::clone(&metrics),
+                poll_interval: options.tag_poll_interval,
+                credentials_namespaces: options.registry_credentials_namespaces.clone(),
+            }),
+            trigger.clone(),
+        ),
+    );
+    if let Some(secret) = options.registry_credentials.clone() {
+        tasks.spawn(
+            "registry credentials watcher",
+            credentials_watcher::run(
+                CredentialsWatcher {
+                    client: client.clone(),
+                    registries: Arc::clone(&registries),
+                    followed: Arc::clone(&followed),
+                    recorder: recorder.clone(),
+                },
+                secret,
+            ),
+        );
+    }
+    // Push notifications act on the followed tags while the write side runs.
+    running.set(Some(Pushed {
+        followed: Arc::clone(&followed),
+        registries: Arc::clone(&registries),
+    }));
+    let _stopped = Stopped(running);
+    let (hand_over, handed) = futures::channel::mpsc::unbounded();
+    tasks.spawn(
+        "replacement creator",
+        replacement_creator::create_handed_over(
+            ReplacementCreator {
+                client: client.clone(),
+                vms: caches.vms.clone(),
+                memory: Arc::clone(&memory),
+                concurrency: options.concurrency,
+            },
+            handed,
+            trigger.clone(),
+        ),
+    );
+    tasks.spawn(
+        "pod watcher",
+        pod_watcher::run(
+            told.pods,
+            pod_watcher::Watcher {
+                client: client.clone(),
+                index: Arc::clone(&caches.pod_index),
+                expectations: Arc::clone(&memory.expectations),
+                replacements: Arc::clone(&memory.replacements),
+                hand_over,
+                trigger,
+            },
+        ),
+    );
+    tasks.spawn(
+        "unreadable object reporter",
+        unreadable_reporter::report(told.unreadable, Arc::clone(&metrics), recorder.clone()),
+    );
+    tasks.spawn(
+        "mapping status writer",
+        mapping_status_writer::run(StatusWriter {
+            client: client.clone(),
+            options: options.clone(),
+            caches: caches.clone(),
+            rules: Arc::clone(&rules),
+            followed: Arc::clone(&followed),
+            due: Arc::clone(&status_due),
+            progress: Arc::clone(&progress),
+            metrics: Arc::clone(&metrics),
+        }),
+    );
+    // What the rooms remember of a VM goes with it.
+    let forget = (
+        Arc::clone(&memory),
+        Arc::clone(&followed),
+        Arc::clone(&caches.pod_index),
+        Arc::clone(&progress),
+        Arc::clone(&status_due),
+    );
+    tasks.spawn(
+        "deleted VM forgetter",
+        told.vms_deleted.for_each(move |vm| {
+            let (memory, followed, pod_index, progress, status_due) = &forget;
+            memory.forget(&vm);
+            followed.forget(&vm);
+            pod_index.forget(&vm);
+            progress.forget_vm(&vm);
+            status_due.vm(vm);
+            ready(())
+        }),
+    );
+
+    // Reconciling before the rules are compiled would give VMs pods with unmapped images;
+    // before the pod cache has listed, it would create pods that exist.
+    let shutdown = shutdown.shared();
+    let rules_compiled = told.rules_compiled;
+    tokio::select! {
+        compiled = async { rules_compiled.await?; listed.pods.wait().await; anyhow::Ok(()) } => compiled?,
+        () = shutdown.clone() => return Ok(()),
+        e = tasks.first_ended() => return Err(e),
+    }
+    tracing::info!("mappings, namespaces and pods listed; reconciling VirtualMachines");
+    health.controller_started();
+    let synced = {
+        let health = Arc::clone(&health);
+        tokio::spawn(async move {
+            listed.vms.wait().await;
+            health.set_synced();
+        })
+    };
+    let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
+    let reconciler = Arc::new(Reconciler {
+        budget: RecreationBudget::new(options.max_recreates_per_minute),
+        client,
+        options,
+        caches: caches.clone(),
+        rules,
+        followed,
+        memory,
+        recorder,
+        status_due,
+        health: Arc::clone(&health),
+        metrics,
+    });
+    let controller = Controller::for_stream(told.vms, caches.vms)
+        .with_config(config)
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            vm_reconciler::reconcile,
+            vm_reconciler::error_policy,
+            reconciler,
+        )
+        .for_each(|res| {
+            health.progressed();
+            let vm = match &res {
+                Ok((vm, _)) => Some(NamespacedName::from(vm)),
+                Err(e) => {
+                    tracing::debug!(error = %crate::excerpt::excerpt(&e.to_string()), "reconcile");
+                    None
+                }
+            };
+            progress.reconciled(vm);
+            futures::future::ready(())
+        });
+    let result = tokio::select! {
+        () = controller => Ok(()),
+        e = tasks.first_ended() => Err(e),
+    };
+    synced.abort();
+    result
+}
