@@ -10,6 +10,7 @@ use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, ResourceExt};
 
+use super::preview_scope::Scope;
 use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::excerpt::excerpt;
 use crate::local_registry::{self, LocalRegistry};
@@ -53,36 +54,42 @@ pub async fn connect(target: &Target) -> Result<(Client, String), String> {
     Ok((client, namespace))
 }
 
-/// The objects the preview resolves, as the cluster holds them now (VMs and mappings of
-/// `namespace` only when given, else of all), and notes on what could not be read.
-pub async fn read(
-    client: &Client,
-    namespace: Option<&str>,
-) -> Result<(Manifests, Vec<String>), String> {
+/// The objects the preview resolves, as the cluster holds them now — the VMs and
+/// ImageMappings of the namespaces in `scope` (one list of each per namespace), of all with
+/// [`Scope::All`] — and notes on what could not be read.
+pub async fn read(client: &Client, scope: &Scope) -> Result<(Manifests, Vec<String>), String> {
     let mut notes = Vec::new();
     let all = ListParams::default();
-    let scoped = |ns: Option<&str>| -> (Api<ImageMapping>, Api<VirtualMachine>) {
-        match ns {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client.clone())),
-        }
-    };
-    let (mappings, vms) = scoped(namespace);
     let listed =
         |what: &str, e: kube::Error| format!("cannot list {what}: {}", excerpt(&e.to_string()));
-    let image_mappings = mappings
-        .list(&all)
-        .await
-        .map_err(|e| listed("ImageMappings", e))?
-        .items;
-    let virtual_machines = vms
-        .list(&all)
-        .await
-        .map_err(|e| listed("VirtualMachines", e))?
-        .items;
+    let apis: Vec<(Api<ImageMapping>, Api<VirtualMachine>)> = match scope.namespaces() {
+        None => vec![(Api::all(client.clone()), Api::all(client.clone()))],
+        Some(namespaces) => namespaces
+            .iter()
+            .map(|ns| {
+                (
+                    Api::namespaced(client.clone(), ns),
+                    Api::namespaced(client.clone(), ns),
+                )
+            })
+            .collect(),
+    };
+    let (mut image_mappings, mut virtual_machines) = (Vec::new(), Vec::new());
+    for (mappings, vms) in apis {
+        image_mappings.extend(
+            mappings
+                .list(&all)
+                .await
+                .map_err(|e| listed("ImageMappings", e))?
+                .items,
+        );
+        virtual_machines.extend(
+            vms.list(&all)
+                .await
+                .map_err(|e| listed("VirtualMachines", e))?
+                .items,
+        );
+    }
     let cluster_image_mappings = Api::<ClusterImageMapping>::all(client.clone())
         .list(&all)
         .await

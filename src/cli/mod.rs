@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod crds;
 pub mod follow_tags;
 pub mod preview;
+pub mod preview_scope;
 mod report;
 pub mod resolve;
 pub mod run;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::cluster::{self, Target};
+use super::preview_scope::{self, NamespaceMismatch, Scope, ScopeRequest};
 use super::report::{problem_json, problem_line, source_json};
 use super::resolve::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
 use super::table;
@@ -32,13 +33,14 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     };
     let read = runtime.block_on(async {
         let (client, context_namespace) = cluster::connect(&target).await?;
-        // As kubectl: --namespace, else the context's; every one with --all-namespaces.
+        // As kubectl: --namespace, else the context's, for objects that name none.
         let namespace = args.namespace.clone().unwrap_or(context_namespace);
-        let scope = (!args.cluster.all_namespaces).then_some(namespace.as_str());
-        let (live, notes) = cluster::read(&client, scope).await?;
-        Ok::<_, String>((live, notes, namespace))
+        let change = Change::load(args, &namespace)?;
+        let scope = change.scope(args, &namespace).map_err(|e| e.to_string())?;
+        let (live, notes) = cluster::read(&client, &scope).await?;
+        Ok::<_, String>((live, notes, change, scope))
     });
-    let (live, notes, namespace) = match read {
+    let (live, notes, change, scope) = match read {
         Ok(read) => read,
         Err(e) => {
             let _ = writeln!(err, "error: {e}");
@@ -48,20 +50,14 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     for note in notes {
         let _ = writeln!(err, "note: {note}");
     }
-    let after = match changed(&live, args, &namespace) {
-        Ok(after) => after,
-        Err(e) => {
-            let _ = writeln!(err, "error: {e}");
-            return EXIT_USAGE;
-        }
-    };
-    for skipped in &after.skipped {
+    for skipped in &change.files.skipped {
         let _ = writeln!(
             err,
             "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, \
              VirtualMachine, Namespace and the ConfigMap kube-public/local-registry-hosting"
         );
     }
+    let after = change.applied_to(&live);
     let result = preview(
         &live,
         &after,
@@ -72,10 +68,10 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let _ = writeln!(err, "problem: {line}");
     }
     let written = match args.output {
-        Output::Json => serde_json::to_writer_pretty(&mut *out, &to_json(&result))
+        Output::Json => serde_json::to_writer_pretty(&mut *out, &to_json(&result, &scope))
             .map_err(std::io::Error::other)
             .and_then(|()| writeln!(out)),
-        Output::Table => out.write_all(to_table(&result).as_bytes()),
+        Output::Table => out.write_all(to_table(&result, &scope).as_bytes()),
     };
     if let Err(e) = written {
         let _ = writeln!(err, "error: writing output: {e}");
@@ -88,43 +84,80 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     }
 }
 
-/// The live objects with the -f files laid over them and the `--delete` ones removed.
-/// Objects without a namespace are in `namespace`; but with `--all-namespaces`, only its
-/// ImageMappings and VMs are taken from the files, as from the cluster.
-fn changed(live: &Manifests, args: &ResolveArgs, namespace: &str) -> Result<Manifests, String> {
-    let mut after = Manifests {
-        image_mappings: live.image_mappings.clone(),
-        cluster_image_mappings: live.cluster_image_mappings.clone(),
-        virtual_machines: live.virtual_machines.clone(),
-        namespaces: live.namespaces.clone(),
-        local_registry: live.local_registry.clone(),
-        skipped: Vec::new(),
-    };
-    let mut changes = Manifests::load(&args.files, namespace).map_err(|e| e.to_string())?;
-    if !args.cluster.all_namespaces {
-        let theirs = |ns: Option<&String>| ns.is_some_and(|ns| ns != namespace);
-        changes
-            .image_mappings
-            .retain(|m| !theirs(m.metadata.namespace.as_ref()));
-        changes
-            .virtual_machines
-            .retain(|v| !theirs(v.metadata.namespace.as_ref()));
+/// The change a preview shows: the objects of the -f files, and those `--delete` removes.
+struct Change {
+    files: Manifests,
+    /// What the files `--delete` names hold.
+    deleted_from_files: Vec<ObjectKey>,
+    /// What `--delete` names as KIND/NAME or KIND/NAMESPACE/NAME.
+    deleted_named: Vec<ObjectKey>,
+}
+
+impl Change {
+    /// Reads the -f files and what `--delete` names; objects without a namespace are in
+    /// `namespace`.
+    fn load(args: &ResolveArgs, namespace: &str) -> Result<Change, String> {
+        let files = Manifests::load(&args.files, namespace).map_err(|e| e.to_string())?;
+        let mut change = Change {
+            files,
+            deleted_from_files: Vec::new(),
+            deleted_named: Vec::new(),
+        };
+        for value in &args.cluster.delete {
+            match deleted(value, namespace)? {
+                Removal::File(keys) => change.deleted_from_files.extend(keys),
+                Removal::Named(key) => change.deleted_named.push(key),
+            }
+        }
+        Ok(change)
     }
-    after.overlay(changes);
-    let mut removed = Vec::new();
-    for d in &args.cluster.delete {
-        removed.extend(deleted(d, namespace)?);
+
+    /// The namespaces the preview looks at (see [`preview_scope`]).
+    fn scope(&self, args: &ResolveArgs, namespace: &str) -> Result<Scope, NamespaceMismatch> {
+        let mut from_files = self.files.keys();
+        from_files.extend(self.deleted_from_files.iter().cloned());
+        preview_scope::scope(&ScopeRequest {
+            default_namespace: namespace,
+            namespace_given: args.namespace.is_some(),
+            all_namespaces: args.cluster.all_namespaces,
+            from_files: &from_files,
+            named: &self.deleted_named,
+        })
     }
-    after.remove(&removed);
-    Ok(after)
+
+    /// The live objects with the -f files laid over them and the `--delete` ones removed.
+    fn applied_to(self, live: &Manifests) -> Manifests {
+        let mut after = Manifests {
+            image_mappings: live.image_mappings.clone(),
+            cluster_image_mappings: live.cluster_image_mappings.clone(),
+            virtual_machines: live.virtual_machines.clone(),
+            namespaces: live.namespaces.clone(),
+            local_registry: live.local_registry.clone(),
+            skipped: Vec::new(),
+        };
+        after.overlay(self.files);
+        let mut removed = self.deleted_from_files;
+        removed.extend(self.deleted_named);
+        after.remove(&removed);
+        after
+    }
+}
+
+/// What one `--delete` value names.
+#[derive(Debug, PartialEq, Eq)]
+enum Removal {
+    /// The objects of a file or folder.
+    File(Vec<ObjectKey>),
+    /// One object, by name.
+    Named(ObjectKey),
 }
 
 /// The objects one `--delete` value names.
-fn deleted(value: &str, namespace: &str) -> Result<Vec<ObjectKey>, String> {
+fn deleted(value: &str, namespace: &str) -> Result<Removal, String> {
     let path = PathBuf::from(value);
     if path.exists() {
         return Manifests::load(&[path], namespace)
-            .map(|m| m.keys())
+            .map(|m| Removal::File(m.keys()))
             .map_err(|e| e.to_string());
     }
     let parts: Vec<&str> = value.split('/').collect();
@@ -144,11 +177,11 @@ fn deleted(value: &str, namespace: &str) -> Result<Vec<ObjectKey>, String> {
     if name.is_empty() {
         return Err(usage());
     }
-    Ok(vec![ObjectKey {
+    Ok(Removal::Named(ObjectKey {
         kind,
         namespace: ns.to_string(),
         name: name.to_string(),
-    }])
+    }))
 }
 
 fn problem_lines(p: &Preview) -> Vec<String> {
@@ -183,7 +216,7 @@ fn image_cell(image: Option<&String>, follow_tag: bool) -> String {
     }
 }
 
-fn to_table(p: &Preview) -> String {
+fn to_table(p: &Preview, scope: &Scope) -> String {
     let mut rows = vec![[
         "VIRTUALMACHINE".to_string(),
         "POD".into(),
@@ -233,10 +266,12 @@ fn to_table(p: &Preview) -> String {
         n => format!("{n} VirtualMachines unchanged\n"),
     };
     out.push_str(&unchanged);
+    out.push_str(&scope.to_string());
+    out.push('\n');
     out
 }
 
-fn to_json(p: &Preview) -> Value {
+fn to_json(p: &Preview, scope: &Scope) -> Value {
     let vms: Vec<Value> = p
         .vms
         .iter()
@@ -267,7 +302,13 @@ fn to_json(p: &Preview) -> Value {
         })
         .collect();
     let problems: Vec<Value> = p.new_problems.iter().map(problem_json).collect();
-    json!({"virtualMachines": vms, "unchanged": p.unchanged, "problems": problems})
+    json!({
+        "virtualMachines": vms,
+        "unchanged": p.unchanged,
+        "problems": problems,
+        "namespaces": scope.namespaces(),
+        "allNamespaces": scope == &Scope::All,
+    })
 }
 
 #[cfg(test)]
@@ -285,15 +326,15 @@ mod tests {
         };
         assert_eq!(
             deleted("imagemapping/tilt", "dev").unwrap(),
-            [key(ObjectKind::ImageMapping, "dev", "tilt")]
+            Removal::Named(key(ObjectKind::ImageMapping, "dev", "tilt"))
         );
         assert_eq!(
             deleted("imvm/prod/db", "dev").unwrap(),
-            [key(ObjectKind::VirtualMachine, "prod", "db")]
+            Removal::Named(key(ObjectKind::VirtualMachine, "prod", "db"))
         );
         assert_eq!(
             deleted("ClusterImageMapping/mirror", "dev").unwrap(),
-            [key(ObjectKind::ClusterImageMapping, "", "mirror")]
+            Removal::Named(key(ObjectKind::ClusterImageMapping, "", "mirror"))
         );
         for bad in [
             "pod/x",
@@ -306,5 +347,23 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_output_names_the_namespaces_looked_at() {
+        let scope = Scope::Namespaces(["e2e-preview".into(), "default".into()].into());
+        let nothing = Preview::default();
+        assert_eq!(
+            to_table(&nothing, &scope),
+            "no VirtualMachine changes\n0 VirtualMachines unchanged\n\
+             namespaces: default, e2e-preview\n"
+        );
+        let json = to_json(&nothing, &scope);
+        assert_eq!(json["namespaces"], json!(["default", "e2e-preview"]));
+        assert_eq!(json["allNamespaces"], false);
+        assert!(to_table(&nothing, &Scope::All).ends_with("\nall namespaces\n"));
+        let json = to_json(&nothing, &Scope::All);
+        assert_eq!(json["namespaces"], Value::Null);
+        assert_eq!(json["allNamespaces"], true);
     }
 }

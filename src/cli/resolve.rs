@@ -35,8 +35,9 @@ pub struct ResolveArgs {
     )]
     pub images: Vec<String>,
     /// Namespace of --image requests, and of objects in -f that name none (default:
-    /// `default`; with --cluster, the context's). With --cluster: the namespace whose
-    /// ImageMappings and VMs are previewed (ClusterImageMappings are always read).
+    /// `default`; with --cluster, the context's). With --cluster: previewed with every
+    /// namespace the files and --delete name; an ImageMapping or VirtualMachine of a file in
+    /// another namespace is an error, as with `kubectl apply -n`.
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// `--cluster` and the flags that go with it.
@@ -71,6 +72,9 @@ pub struct ClusterArgs {
     /// Preview against the live cluster: read its mappings, VirtualMachines, Namespaces and
     /// local registry through the kubeconfig, lay the -f files over them, and print what
     /// changes for each VM that runs now (images now → after, and what happens to its pod).
+    /// It looks at --namespace (else the context's) and every namespace the -f files and
+    /// --delete name, as kubectl applies objects in their own namespaces; ClusterImageMappings
+    /// are always read.
     #[arg(long = "cluster", id = "cluster")]
     pub enabled: bool,
     /// With --cluster: an object the change removes, as KIND/NAME (in --namespace),
@@ -86,7 +90,8 @@ pub struct ClusterArgs {
     /// With --cluster: the kubeconfig context (default: its current one).
     #[arg(long, value_name = "NAME", requires = "cluster")]
     pub context: Option<String>,
-    /// With --cluster: preview the VMs and ImageMappings of every namespace.
+    /// With --cluster: preview the VMs and ImageMappings of every namespace (as for a
+    /// ClusterImageMapping change).
     #[arg(short = 'A', long, requires = "cluster", conflicts_with = "namespace")]
     pub all_namespaces: bool,
 }
