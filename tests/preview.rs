@@ -1,7 +1,8 @@
 //! `imagemap resolve --cluster` against the real control plane: the preview of a change
 //! lists exactly the VMs, images and pod actions the operator then performs when the change
 //! is applied — read with nothing but the `imagemap-view` role, and as the kubectl plugin
-//! `kubectl imagemap`. Run with `scripts/test`.
+//! `kubectl imagemap` — in the namespaces the change names as well as the context's, and
+//! refuses a `-n` that disagrees with a file, as kubectl does. Run with `scripts/test`.
 
 #![allow(clippy::unwrap_used)] // test code
 // Each scenario reads top to bottom, as a user would go through it.
@@ -22,7 +23,12 @@ use support::*;
 /// `imagemap-view`, a ServiceAccount bound to nothing but the `imagemap-view` ClusterRole,
 /// defaulting to `namespace`.
 fn viewer_kubeconfig(dir: &Path, namespace: &str) -> PathBuf {
-    kubectl_ok(&["apply", "-f", "deploy/user-roles.yaml"]);
+    // Once per test binary: the tests run side by side, and two `kubectl apply`s creating
+    // the same ClusterRole at once would fail one of them.
+    static ROLES: std::sync::Once = std::sync::Once::new();
+    ROLES.call_once(|| {
+        kubectl_ok(&["apply", "-f", "deploy/user-roles.yaml"]);
+    });
     let account = format!("viewer-{namespace}");
     kubectl_ok(&["create", "serviceaccount", &account, "-n", namespace]);
     kubectl_ok(&[
@@ -62,23 +68,64 @@ fn viewer_kubeconfig(dir: &Path, namespace: &str) -> PathBuf {
     kubeconfig
 }
 
-/// Runs `imagemap resolve --cluster ARGS -o json` with `kubeconfig` and its context
-/// `imagemap-view`: (exit status, output, stderr).
-fn preview(kubeconfig: &Path, args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_imagemap"))
-        .args([
-            "resolve",
-            "--cluster",
-            "--context",
-            "imagemap-view",
-            "-o",
-            "json",
-        ])
+/// Moves the context `imagemap-view` of `kubeconfig` to `namespace`.
+fn set_context_namespace(kubeconfig: &Path, namespace: &str) {
+    kubectl_ok(&[
+        &format!("--kubeconfig={}", kubeconfig.display()),
+        "config",
+        "set-context",
+        "imagemap-view",
+        &format!("--namespace={namespace}"),
+    ]);
+}
+
+/// Runs `imagemap resolve --cluster ARGS` with `kubeconfig` and its context `imagemap-view`.
+fn resolve_cluster(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_imagemap"))
+        .args(["resolve", "--cluster", "--context", "imagemap-view"])
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args(args)
         .output()
-        .unwrap();
-    parsed(&out)
+        .unwrap()
+}
+
+/// Runs `imagemap resolve --cluster ARGS -o json` with `kubeconfig` and its context
+/// `imagemap-view`: (exit status, output, stderr).
+fn preview(kubeconfig: &Path, args: &[&str]) -> (i32, Value, String) {
+    let json = [&["-o", "json"], args].concat();
+    parsed(&resolve_cluster(kubeconfig, &json))
+}
+
+/// Runs `imagemap resolve --cluster ARGS` (a table) as [`preview`] does: (exit status,
+/// stdout, stderr).
+fn preview_table(kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = resolve_cluster(kubeconfig, args);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Writes `path`: the ImageMapping `tilt` of `namespace`, its compute rule now pointing to
+/// `to`. Returns the path as an argument.
+fn tilt_file(path: &Path, namespace: &str, to: &str) -> String {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {{name: tilt, namespace: {namespace}}}\n\
+             spec:\n  rules:\n  - match: {{repository: neondatabase/vm-compute-node-v17}}\n    to: {to}\n"
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+/// A scratch folder for a test's files.
+fn scratch(namespace: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("imagemap-{namespace}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 fn parsed(out: &std::process::Output) -> (i32, Value, String) {
@@ -308,4 +355,187 @@ async fn the_preview_lists_what_the_operator_then_does() {
         String::from_utf8_lossy(&help.stdout).contains("kubectl imagemap"),
         "the plugin names itself as kubectl does"
     );
+}
+
+/// `(namespace, name, pod action)` of each VM listed.
+fn listed(preview: &Value) -> Vec<(String, String, String)> {
+    preview["virtualMachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let s = |k: &str| v[k].as_str().unwrap().to_string();
+            (s("namespace"), s("name"), s("pod"))
+        })
+        .collect()
+}
+
+/// The namespaces a JSON preview says it looked at.
+fn looked_at(preview: &Value) -> Vec<&str> {
+    assert_eq!(preview["allNamespaces"], false, "{preview}");
+    preview["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect()
+}
+
+/// Issue #29, as reported: the kubeconfig's context is in `default`, the change file names
+/// the namespace of its ImageMapping; the preview must look there, list the VMs the change
+/// recreates, and fail `--exit-code`.
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_change_to_another_namespace_than_the_contexts_is_previewed_in_its_own() {
+    let e = env("preview-own").await;
+    let dir = scratch(&e.ns);
+    let kubeconfig = viewer_kubeconfig(&dir, &e.ns);
+    set_context_namespace(&kubeconfig, "default");
+    let _op = Operator::start(&[&e.ns], Options::default()).await;
+    e.add_mapping("tilt", tilt_rule("mirror.io/compute:build-1"))
+        .await;
+    e.add_vm("live", true, "Always", COMPUTE).await;
+    e.add_vm("steady", false, "Always", COMPUTE).await;
+    e.add_vm("other", true, "Always", "busybox:1.36").await;
+    wait_single_pod(&e, "live", "mirror.io/compute:build-1").await;
+    wait_single_pod(&e, "steady", "mirror.io/compute:build-1").await;
+    wait_single_pod(&e, "other", "docker.io/library/busybox:1.36").await;
+
+    // Without a change, the context's namespace alone, where nothing changes.
+    let (code, nothing, stderr) = preview(&kubeconfig, &["--exit-code"]);
+    assert_eq!(code, 0, "{nothing}\n{stderr}");
+    assert_eq!(looked_at(&nothing), ["default"]);
+
+    // The change names its namespace: previewed there, beside the context's.
+    let change = tilt_file(&dir.join("change.yaml"), &e.ns, "mirror.io/compute:build-2");
+    let (code, shown, stderr) = preview(&kubeconfig, &["-f", &change, "--exit-code"]);
+    assert_eq!(code, 1, "the change recreates a pod: {shown}\n{stderr}");
+    let ns = e.ns.clone();
+    let vm = |name: &str, pod: &str| (ns.clone(), name.to_string(), pod.to_string());
+    assert_eq!(
+        listed(&shown),
+        [vm("live", "recreate"), vm("steady", "restartRequired")]
+    );
+    assert_eq!(shown["unchanged"], 1);
+    let mut expected = vec!["default", e.ns.as_str()];
+    expected.sort_unstable();
+    assert_eq!(looked_at(&shown), expected);
+
+    // The issue's command, as typed: the table lists the VM and names both namespaces.
+    let (code, table, stderr) = preview_table(&kubeconfig, &["-f", &change, "--exit-code"]);
+    assert_eq!(code, 1, "{table}\n{stderr}");
+    let live_row = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{}/live ", e.ns)))
+        .unwrap_or_else(|| panic!("no row of {}/live:\n{table}", e.ns));
+    assert!(
+        live_row.contains("recreated (liveReload)")
+            && live_row.contains("mirror.io/compute:build-2"),
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().last(),
+        Some(format!("namespaces: {}", expected.join(", ")).as_str()),
+        "{table}"
+    );
+}
+
+/// `-n` that disagrees with a file's object is an error naming both namespaces (exit 2), as
+/// `kubectl apply -n` and `kubectl delete -n` give; agreeing, or without `-n`, it previews.
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_namespace_flag_that_disagrees_with_a_files_object_is_an_error() {
+    let e = env("preview-flag").await;
+    let theirs = fresh_namespace(&e.client, "preview-theirs").await;
+    let dir = scratch(&e.ns);
+    let kubeconfig = viewer_kubeconfig(&dir, &e.ns);
+    let change = tilt_file(&dir.join("theirs.yaml"), &theirs, "mirror.io/compute:x");
+
+    let mismatch = format!(
+        "ImageMapping {theirs}/tilt: the namespace from the provided object \"{theirs}\" does \
+         not match the namespace \"{}\". You must pass '--namespace={theirs}' to perform this \
+         operation.",
+        e.ns
+    );
+    for args in [["-f", &change], ["--delete", &change]] {
+        let (code, stdout, stderr) =
+            preview_table(&kubeconfig, &[&["-n", &e.ns], &args[..]].concat());
+        assert_eq!(code, 2, "{args:?}: {stdout}\n{stderr}");
+        assert_eq!(stderr.trim(), format!("error: {mismatch}"), "{args:?}");
+        assert!(stdout.is_empty(), "{args:?}: nothing previewed: {stdout}");
+    }
+
+    // -n naming the file's namespace: that namespace alone.
+    let (code, agreed, stderr) = preview(&kubeconfig, &["-n", &theirs, "-f", &change]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(looked_at(&agreed), [theirs.as_str()]);
+    // Without -n: the context's namespace and the file's.
+    let (code, both, stderr) = preview(&kubeconfig, &["-f", &change]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut expected = vec![e.ns.as_str(), theirs.as_str()];
+    expected.sort_unstable();
+    assert_eq!(looked_at(&both), expected);
+}
+
+/// Files naming two namespaces preview both, and say so.
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn files_naming_two_namespaces_preview_both() {
+    let first = env("preview-first").await;
+    let second = env("preview-second").await;
+    let dir = scratch(&first.ns);
+    let kubeconfig = viewer_kubeconfig(&dir, &first.ns);
+    set_context_namespace(&kubeconfig, "default");
+    let _op = Operator::start(&[&first.ns, &second.ns], Options::default()).await;
+    for e in [&first, &second] {
+        e.add_mapping("tilt", tilt_rule("mirror.io/compute:build-1"))
+            .await;
+        e.add_vm("live", true, "Always", COMPUTE).await;
+    }
+    for e in [&first, &second] {
+        wait_single_pod(e, "live", "mirror.io/compute:build-1").await;
+    }
+
+    // One file for each namespace, and one file holding both.
+    let a = tilt_file(
+        &dir.join("first.yaml"),
+        &first.ns,
+        "mirror.io/compute:build-2",
+    );
+    let b = tilt_file(
+        &dir.join("second.yaml"),
+        &second.ns,
+        "mirror.io/compute:build-2",
+    );
+    let both = dir.join("both.yaml");
+    std::fs::write(
+        &both,
+        format!(
+            "{}---\n{}",
+            std::fs::read_to_string(&a).unwrap(),
+            std::fs::read_to_string(&b).unwrap()
+        ),
+    )
+    .unwrap();
+    let both = both.display().to_string();
+    let mut expected = vec!["default", first.ns.as_str(), second.ns.as_str()];
+    expected.sort_unstable();
+    let recreated = |e: &Env| (e.ns.clone(), "live".to_string(), "recreate".to_string());
+    let mut vms = vec![recreated(&first), recreated(&second)];
+    vms.sort();
+    for args in [vec!["-f", &a, "-f", &b], vec!["-f", &both]] {
+        let (code, shown, stderr) = preview(&kubeconfig, &args);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert_eq!(listed(&shown), vms, "{args:?}");
+        assert_eq!(looked_at(&shown), expected, "{args:?}");
+        let (_, table, _) = preview_table(&kubeconfig, &args);
+        assert_eq!(
+            table.lines().last(),
+            Some(format!("namespaces: {}", expected.join(", ")).as_str()),
+            "{table}"
+        );
+    }
+    // One of the two files: that namespace's VM only.
+    let (_, one, _) = preview(&kubeconfig, &["-f", &b]);
+    assert_eq!(listed(&one), [recreated(&second)]);
 }
