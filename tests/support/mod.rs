@@ -6,6 +6,7 @@
 
 pub mod fault_proxy;
 pub mod hostile_registry;
+pub mod neonvm;
 pub mod registry;
 pub mod vms;
 
