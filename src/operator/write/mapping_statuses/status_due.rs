@@ -1,6 +1,6 @@
 //! When the mapping statuses are due, and for which VMs: the VM reconciler and the VM watch
-//! name the VMs whose counts may have changed, a change of the rules (`rule_changes`) says that the rules did. The
-//! status writer takes them at its next pass.
+//! name the VMs whose counts may have changed, a change of the rules (`rule_changes`) says
+//! that the rules did. The status writer takes them at its next pass.
 
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
