@@ -109,6 +109,7 @@ fn bench(c: &mut Criterion) {
         namespace: "bench",
         labels: &no_labels,
         namespace_labels: &no_labels,
+        namespace_rules: true,
     };
     let mut group = c.benchmark_group("resolve");
     for n in [10usize, 1_000, 10_000] {

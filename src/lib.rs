@@ -2,6 +2,7 @@
 //!
 //! The library holds all logic; the `imagemap` binary is a thin command line over it.
 
+pub mod admission;
 pub mod allowed_registries;
 pub mod api;
 pub mod api_requests;

@@ -302,6 +302,7 @@ pub fn resolve_vm(
         namespace: &namespace,
         labels: vm.labels(),
         namespace_labels,
+        namespace_rules: true,
     };
     VmResolution {
         slots: image_slots(vm, default_runner_image)
@@ -311,7 +312,14 @@ pub fn resolve_vm(
     }
 }
 
-fn resolve_slot(set: &RuleSet, slot: ImageSlot, who: &Requester<'_>, mode: Mode) -> SlotResolution {
+/// Resolves one image slot for `who`.
+#[must_use]
+pub fn resolve_slot(
+    set: &RuleSet,
+    slot: ImageSlot,
+    who: &Requester<'_>,
+    mode: Mode,
+) -> SlotResolution {
     let reference = match Reference::parse_normalized(&slot.requested) {
         Ok(r) => r,
         Err(e) => {

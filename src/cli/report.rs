@@ -91,6 +91,7 @@ impl Report {
             namespace,
             labels: &unlabelled,
             namespace_labels: &request_ns_labels,
+            namespace_rules: true,
         };
         let images = args
             .images

@@ -51,12 +51,16 @@ pub struct CompileOptions {
     pub local_registry: Option<Arc<LocalRegistry>>,
 }
 
-/// Who requests an image: the VM's namespace, its labels and its namespace's labels.
+/// Who requests an image: the namespace, the requester's labels (a VM's, a pod's) and its
+/// namespace's labels.
 #[derive(Debug, Clone, Copy)]
 pub struct Requester<'a> {
     pub namespace: &'a str,
     pub labels: &'a BTreeMap<String, String>,
     pub namespace_labels: &'a BTreeMap<String, String>,
+    /// Whether the namespace's ImageMappings apply: `false` for a pod that opts out of them
+    /// (`imagemap.dev/skip`); ClusterImageMappings apply whatever it says.
+    pub namespace_rules: bool,
 }
 
 /// Whether dry-run mappings take part.

@@ -35,7 +35,10 @@ impl RuleSet {
     /// (regex rules are matched as one automaton, and only when they could win).
     pub fn find(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Winners {
         let mut best = Best::default();
-        let ns = self.index.namespace(who.namespace);
+        let ns = who
+            .namespace_rules
+            .then(|| self.index.namespace(who.namespace))
+            .flatten();
         self.index
             .literal_candidates(r, ns, |id, len| best.consider(self, id, len, who, mode));
         let [ns_max, cluster_max] = self.index.regex_max_priority(ns);
@@ -139,7 +142,9 @@ impl RuleSet {
         let mut best = Best::default();
         for (i, rule) in self.rules.iter().enumerate() {
             let key = &self.mappings[rule.mapping].key;
-            if key.scope == Scope::Namespaced && key.namespace.as_deref() != Some(who.namespace) {
+            if key.scope == Scope::Namespaced
+                && (!who.namespace_rules || key.namespace.as_deref() != Some(who.namespace))
+            {
                 continue;
             }
             if let Some(len) = index::matches(&rule.pattern, r) {

@@ -67,6 +67,7 @@ impl World {
             namespace: ns,
             labels,
             namespace_labels: &ns_labels,
+            namespace_rules: true,
         };
         let r = Reference::parse_normalized(image).unwrap();
         let res = self.set.resolve(&r, &who, Mode::Live);
@@ -486,6 +487,7 @@ fn dry_run_mappings_only_apply_in_preview() {
         namespace: "dev",
         labels: &none,
         namespace_labels: &none,
+        namespace_rules: true,
     };
     assert_eq!(set.resolve(&r, &who, Mode::Live).rule, None);
     assert_eq!(
@@ -522,6 +524,7 @@ fn allowed_registries_refuse_other_targets() {
         namespace: "dev",
         labels: &none,
         namespace_labels: &none,
+        namespace_rules: true,
     };
     let resolve = |s: &str| {
         set.resolve(&Reference::parse_normalized(s).unwrap(), &who, Mode::Live)
@@ -563,6 +566,7 @@ fn a_followed_result_must_be_at_an_allowed_registry_even_when_the_rule_keeps_it(
         namespace: "dev",
         labels: &who_none,
         namespace_labels: &who_none,
+        namespace_rules: true,
     };
     let resolve = |set: &RuleSet, s: &str| {
         set.resolve(&Reference::parse_normalized(s).unwrap(), &who, Mode::Live)
@@ -726,7 +730,7 @@ proptest! {
             .collect();
         let set = RuleSet::compile(&inputs, &CompileOptions::default());
         let none = BTreeMap::new();
-        let who = Requester { namespace: "dev", labels: &none, namespace_labels: &none };
+        let who = Requester { namespace: "dev", labels: &none, namespace_labels: &none , namespace_rules: true};
         for image in images {
             let r = Reference::parse_normalized(&image).unwrap();
             let fast = set.resolve(&r, &who, Mode::Live);
@@ -745,7 +749,7 @@ proptest! {
             let set = RuleSet::compile(&[ns_mapping("dev", "m", 0, vec![rule(kind, &pattern, Some(&to))])], &CompileOptions::default());
             if let Ok(r) = Reference::parse_normalized(&image) {
                 let none = BTreeMap::new();
-                let who = Requester { namespace: "dev", labels: &none, namespace_labels: &none };
+                let who = Requester { namespace: "dev", labels: &none, namespace_labels: &none , namespace_rules: true};
                 let _ = set.resolve(&r, &who, Mode::Live);
             }
         }
@@ -824,6 +828,7 @@ fn follow_tag_marks_the_result_and_refuses_what_has_no_tag_to_follow() {
             namespace: "dev",
             labels: &BTreeMap::new(),
             namespace_labels: &ns_labels,
+            namespace_rules: true,
         };
         w.set.resolve(
             &Reference::parse_normalized(image).unwrap(),
@@ -924,6 +929,7 @@ fn the_local_registry_is_one_registry_by_any_of_its_names() {
         namespace: "dev",
         labels: &none,
         namespace_labels: &none,
+        namespace_rules: true,
     };
     let resolve = |s: &str| {
         let r = Reference::parse_normalized(s).unwrap();

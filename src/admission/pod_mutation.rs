@@ -1,0 +1,379 @@
+//! What admission does to one pod (pure): which containers the rules rewrite, to what, the
+//! JSON patch that says so, the records the pod keeps, and the warnings `kubectl` prints
+//! for what could not be mapped.
+//!
+//! - A pod is created: its init containers and containers are mapped, through the same
+//!   engine and rules as VirtualMachines (the pod's namespace's ImageMappings whose
+//!   selector matches its labels — unless it opts out with `imagemap.dev/skip` — and the
+//!   ClusterImageMappings whose namespace selector matches its namespace). A container that
+//!   already has a recorded original (the API server invoked the webhook again) is resolved
+//!   from that original, so mapping stays single pass.
+//! - Ephemeral containers are added (`kubectl debug`): only the ones the request adds are
+//!   mapped; that subresource keeps no metadata, so they are told in warnings only.
+//! - A followed tag is pinned to the digest the replica holds (`name:tag@digest`); one not
+//!   yet known is admitted as the rule writes it, and counted.
+
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
+use serde_json::Value;
+
+use crate::admission::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots};
+use crate::admission::records::{
+    self, DRY_RUN, IMAGE_RULES, MAPPED, MAPPED_LABEL, ORIGINAL_IMAGES, Records, SKIP_LABEL,
+    string_map,
+};
+use crate::reference::Reference;
+use crate::rules::{Mode, Requester, RuleRef, RuleSet};
+use crate::vm_images::{ImageSlot, SlotResolution, resolve_slot};
+
+/// What the request asks of the pod.
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    /// The pod is created.
+    Create,
+    /// Ephemeral containers are added to it (`pods/ephemeralcontainers`); `old` is the pod
+    /// before.
+    EphemeralContainers { old: &'a Value },
+}
+
+/// One pod's admission request, as the pure core needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct PodRequest<'a> {
+    pub namespace: &'a str,
+    /// The labels of the pod's namespace (with `kubernetes.io/metadata.name`).
+    pub namespace_labels: &'a BTreeMap<String, String>,
+    /// The pod as the request carries it.
+    pub pod: &'a Value,
+    pub change: Change<'a>,
+}
+
+/// What admission concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Images were rewritten.
+    Mutated,
+    /// No image changed (none matched, or none could be mapped).
+    Unchanged,
+}
+
+/// The decision for one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub outcome: Outcome,
+    /// The changes to the pod (empty: none).
+    pub patch: Patch,
+    /// What `kubectl` prints: containers not mapped and why; ephemeral rewrites.
+    pub warnings: Vec<String>,
+    /// Containers whose followed tag was admitted without a digest.
+    pub unpinned: usize,
+    /// Containers a dry-run mapping would rewrite.
+    pub dry_run: usize,
+}
+
+impl Decision {
+    fn unchanged(warnings: Vec<String>) -> Decision {
+        Decision {
+            outcome: Outcome::Unchanged,
+            patch: Patch(Vec::new()),
+            warnings,
+            unpinned: 0,
+            dry_run: 0,
+        }
+    }
+}
+
+/// The digest a followed tag points to as the replica last verified it: the reference, the
+/// rule that follows it, and the namespace asking.
+pub type DigestOf<'a> = dyn Fn(&str, Option<&RuleRef>, &str) -> Option<String> + 'a;
+
+/// One container as admission resolved it.
+struct Mapped {
+    slot: PodSlot,
+    /// What the container asked for: its recorded original, else its image.
+    requested: String,
+    resolution: SlotResolution,
+    /// The image it runs after admission.
+    image: String,
+    pinned: bool,
+}
+
+/// Decides what admission does to `request`'s pod under `rules`.
+#[must_use]
+pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_>) -> Decision {
+    let metadata = request.pod.get("metadata");
+    let labels = string_map(metadata.and_then(|m| m.get("labels")));
+    let annotations = string_map(metadata.and_then(|m| m.get("annotations")));
+    let spec = request.pod.get("spec").unwrap_or(&Value::Null);
+    let kinds: &[SlotKind] = match request.change {
+        Change::Create => &[SlotKind::Init, SlotKind::Container],
+        Change::EphemeralContainers { .. } => &[SlotKind::Ephemeral],
+    };
+    let mut slots = pod_slots(spec, kinds);
+    let duplicates = duplicate_keys(&slots);
+    if !duplicates.is_empty() {
+        return Decision::unchanged(vec![format!(
+            "imagemap: containers share names ({}): the pod is not mapped",
+            duplicates.join(", ")
+        )]);
+    }
+    if let Change::EphemeralContainers { old } = request.change {
+        let before = pod_slots(old.get("spec").unwrap_or(&Value::Null), kinds);
+        slots.retain(|s| !before.iter().any(|b| b.key == s.key));
+    }
+    let who = Requester {
+        namespace: request.namespace,
+        labels: &labels,
+        namespace_labels: request.namespace_labels,
+        namespace_rules: labels.get(SKIP_LABEL).map(String::as_str) != Some("true"),
+    };
+    let recorded = records::originals(&annotations);
+    let Resolved {
+        mapped,
+        mut warnings,
+        unpinned,
+        dry_run,
+    } = resolve_all(rules, &who, slots, &recorded, digest_of);
+    let mut ops = image_ops(&mapped);
+    let rewritten = mapped.iter().filter(|m| m.image != m.requested).count();
+    if let Change::EphemeralContainers { .. } = request.change {
+        for m in mapped.iter().filter(|m| m.image != m.requested) {
+            warnings.push(format!(
+                "imagemap: ephemeral container {} runs {} instead of {} ({})",
+                m.slot.key,
+                m.image,
+                m.requested,
+                rule_of(m)
+            ));
+        }
+        return Decision {
+            outcome: outcome(rewritten),
+            patch: Patch(ops),
+            warnings,
+            unpinned,
+            dry_run,
+        };
+    }
+    let mut records = Records::default();
+    for m in mapped.iter().filter(|m| m.image != m.requested) {
+        records
+            .originals
+            .insert(m.slot.key.clone(), m.requested.clone());
+        records.rules.insert(m.slot.key.clone(), rule_of(m));
+    }
+    // Containers not mapped again keep what they recorded (a reinvocation that finds the
+    // rules changed restores nothing it cannot map).
+    for m in mapped.iter().filter(|m| m.resolution.outcome.is_err()) {
+        if let Some(original) = recorded.get(&m.slot.key) {
+            records
+                .originals
+                .insert(m.slot.key.clone(), original.clone());
+        }
+    }
+    let values = match records.annotations(&annotations) {
+        Ok(values) => values,
+        Err(e) => {
+            warnings.push(format!("imagemap: the pod is not mapped: {e}"));
+            return Decision::unchanged(warnings);
+        }
+    };
+    let label = if records.originals.is_empty() {
+        (dry_run > 0).then_some(DRY_RUN)
+    } else {
+        Some(MAPPED)
+    };
+    ops.extend(record_ops(request.pod, &records, values, label));
+    Decision {
+        outcome: outcome(rewritten),
+        patch: Patch(ops),
+        warnings,
+        unpinned,
+        dry_run,
+    }
+}
+
+/// The containers of a pod as admission resolved them, and what it has to say.
+struct Resolved {
+    mapped: Vec<Mapped>,
+    warnings: Vec<String>,
+    unpinned: usize,
+    dry_run: usize,
+}
+
+/// Resolves every slot, each from its recorded original when it has one.
+fn resolve_all(
+    rules: &RuleSet,
+    who: &Requester<'_>,
+    slots: Vec<PodSlot>,
+    recorded: &BTreeMap<String, String>,
+    digest_of: &DigestOf<'_>,
+) -> Resolved {
+    let mut out = Resolved {
+        mapped: Vec::new(),
+        warnings: Vec::new(),
+        unpinned: 0,
+        dry_run: 0,
+    };
+    for slot in slots {
+        let requested = recorded.get(&slot.key).unwrap_or(&slot.image).clone();
+        let m = map_container(rules, who, slot, requested, digest_of);
+        if let Err(e) = &m.resolution.outcome {
+            out.warnings.push(format!(
+                "imagemap: container {} ({}) is not mapped: {e}",
+                m.slot.key, m.requested
+            ));
+        }
+        out.unpinned += usize::from(m.resolution.follow_tag && !m.pinned);
+        let preview = resolve_slot(rules, image_slot(&m.slot, &m.requested), who, Mode::Preview);
+        out.dry_run += usize::from(preview.outcome.ok() != m.resolution.outcome.clone().ok());
+        out.mapped.push(m);
+    }
+    out
+}
+
+/// The patch operations that set the images of the containers whose image changes.
+fn image_ops(mapped: &[Mapped]) -> Vec<PatchOperation> {
+    mapped
+        .iter()
+        .filter(|m| m.image != m.slot.image)
+        .map(|m| {
+            PatchOperation::Replace(ReplaceOperation {
+                path: PointerBuf::from_tokens([
+                    "spec",
+                    m.slot.kind.field(),
+                    &m.slot.index.to_string(),
+                    "image",
+                ]),
+                value: Value::String(m.image.clone()),
+            })
+        })
+        .collect()
+}
+
+fn outcome(rewritten: usize) -> Outcome {
+    if rewritten > 0 {
+        Outcome::Mutated
+    } else {
+        Outcome::Unchanged
+    }
+}
+
+fn image_slot(slot: &PodSlot, requested: &str) -> ImageSlot {
+    ImageSlot {
+        slot: slot.key.clone(),
+        requested: requested.to_string(),
+    }
+}
+
+fn rule_of(m: &Mapped) -> String {
+    m.resolution
+        .rule
+        .as_ref()
+        .map_or_else(|| "no rule".to_string(), ToString::to_string)
+}
+
+/// Resolves one container; it keeps its image when the rules cannot map it.
+fn map_container(
+    rules: &RuleSet,
+    who: &Requester<'_>,
+    slot: PodSlot,
+    requested: String,
+    digest_of: &DigestOf<'_>,
+) -> Mapped {
+    let mut resolution = resolve_slot(rules, image_slot(&slot, &requested), who, Mode::Live);
+    let mut pinned = false;
+    if let (Ok(resolved), true) = (&resolution.outcome, resolution.follow_tag) {
+        resolution.digest = digest_of(resolved, resolution.rule.as_ref(), who.namespace);
+        pinned = resolution.digest.is_some();
+    }
+    // A reference the rules leave as it is keeps the requester's spelling.
+    let unchanged = |resolved: &str| {
+        resolution.digest.is_none()
+            && Reference::parse_normalized(&requested).is_ok_and(|r| r.to_string() == resolved)
+    };
+    let image = match &resolution.outcome {
+        Ok(resolved) if resolution.rule.is_none() || unchanged(resolved) => requested.clone(),
+        Ok(_) => resolution
+            .image()
+            .pod_image()
+            .unwrap_or_else(|| requested.clone()),
+        Err(_) => slot.image.clone(),
+    };
+    Mapped {
+        slot,
+        requested,
+        resolution,
+        image,
+        pinned,
+    }
+}
+
+/// The patch operations that make the pod's records and label `records`, `values` and
+/// `label` (removing what it recorded before and no longer does).
+fn record_ops(
+    pod: &Value,
+    records: &Records,
+    values: [(&'static str, String); 2],
+    label: Option<&str>,
+) -> Vec<PatchOperation> {
+    let metadata = pod.get("metadata");
+    let has = |map: &str, key: &str| {
+        metadata
+            .and_then(|m| m.get(map))
+            .and_then(|m| m.get(key))
+            .is_some()
+    };
+    let map_exists = |map: &str| {
+        metadata
+            .and_then(|m| m.get(map))
+            .is_some_and(Value::is_object)
+    };
+    let mut ops = Vec::new();
+    let mut set = |map: &'static str, entries: Vec<(&str, Option<String>)>| {
+        let adds: Vec<(&str, String)> = entries
+            .iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (*k, v)))
+            .collect();
+        if !map_exists(map) {
+            if !adds.is_empty() {
+                let object: serde_json::Map<String, Value> = adds
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), Value::String(v)))
+                    .collect();
+                ops.push(PatchOperation::Add(AddOperation {
+                    path: PointerBuf::from_tokens(["metadata", map]),
+                    value: Value::Object(object),
+                }));
+            }
+            return;
+        }
+        for (key, value) in entries {
+            let path = PointerBuf::from_tokens(["metadata", map, key]);
+            match value {
+                Some(v) => ops.push(PatchOperation::Add(AddOperation {
+                    path,
+                    value: Value::String(v),
+                })),
+                None if has(map, key) => {
+                    ops.push(PatchOperation::Remove(RemoveOperation { path }));
+                }
+                None => {}
+            }
+        }
+    };
+    let recording = !records.originals.is_empty();
+    let [(_, originals), (_, rules)] = values;
+    set(
+        "annotations",
+        vec![
+            (ORIGINAL_IMAGES, recording.then_some(originals)),
+            (IMAGE_RULES, recording.then_some(rules)),
+        ],
+    );
+    set("labels", vec![(MAPPED_LABEL, label.map(str::to_string))]);
+    ops
+}
+
+#[cfg(test)]
+mod tests;

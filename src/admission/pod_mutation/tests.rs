@@ -1,0 +1,349 @@
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+
+use super::*;
+use crate::fixtures::repository_mapping;
+use crate::rules::{CompileOptions, MappingInput, Scope};
+
+fn rules(inputs: &[MappingInput]) -> RuleSet {
+    RuleSet::compile(inputs, &CompileOptions::default())
+}
+
+fn cluster_mapping(name: &str, repo: &str, to: &str) -> MappingInput {
+    MappingInput {
+        scope: Scope::Cluster,
+        namespace: None,
+        ..repository_mapping(name, repo, to, false)
+    }
+}
+
+fn regex_mapping(name: &str, regex: &str, to: &str) -> MappingInput {
+    let mut m = repository_mapping(name, "unused", to, false);
+    m.rules[0].match_ = crate::api::RuleMatch {
+        regex: Some(regex.into()),
+        ..Default::default()
+    };
+    m
+}
+
+fn no_digest(_: &str, _: Option<&RuleRef>, _: &str) -> Option<String> {
+    None
+}
+
+fn pod(spec: &Value) -> Value {
+    json!({"metadata": {"name": "p", "namespace": "dev"}, "spec": spec})
+}
+
+fn decide_create(set: &RuleSet, pod: &Value) -> Decision {
+    let labels = BTreeMap::from([("kubernetes.io/metadata.name".into(), "dev".into())]);
+    decide(
+        set,
+        &PodRequest {
+            namespace: "dev",
+            namespace_labels: &labels,
+            pod,
+            change: Change::Create,
+        },
+        &no_digest,
+    )
+}
+
+/// The pod after `decision`'s patch.
+fn patched(pod: &Value, decision: &Decision) -> Value {
+    let mut out = pod.clone();
+    json_patch::patch(&mut out, &decision.patch).unwrap();
+    out
+}
+
+#[test]
+fn init_containers_and_containers_are_rewritten_and_recorded() {
+    let set = rules(&[
+        repository_mapping("m", "busybox", "mirror.io/busybox", false),
+        repository_mapping("n", "nginx", "mirror.io/nginx", false),
+    ]);
+    let p = pod(&json!({
+        "initContainers": [{"name": "setup", "image": "busybox:1.36"}],
+        "containers": [{"name": "web", "image": "nginx:1.27"}, {"name": "other", "image": "redis"}],
+    }));
+    let d = decide_create(&set, &p);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    let after = patched(&p, &d);
+    assert_eq!(
+        after["spec"]["initContainers"][0]["image"],
+        "mirror.io/busybox:1.36"
+    );
+    assert_eq!(
+        after["spec"]["containers"][0]["image"],
+        "mirror.io/nginx:1.27"
+    );
+    assert_eq!(
+        after["spec"]["containers"][1]["image"], "redis",
+        "spelled as asked"
+    );
+    let annotations = &after["metadata"]["annotations"];
+    let originals: BTreeMap<String, String> =
+        serde_json::from_str(annotations[ORIGINAL_IMAGES].as_str().unwrap()).unwrap();
+    assert_eq!(
+        originals,
+        BTreeMap::from([
+            ("init:setup".into(), "busybox:1.36".into()),
+            ("web".into(), "nginx:1.27".into()),
+        ])
+    );
+    let rules_of: BTreeMap<String, String> =
+        serde_json::from_str(annotations[IMAGE_RULES].as_str().unwrap()).unwrap();
+    assert_eq!(rules_of["web"], "ImageMapping dev/n rule 0");
+    assert_eq!(after["metadata"]["labels"][MAPPED_LABEL], MAPPED);
+}
+
+#[test]
+fn a_pod_no_rule_matches_is_not_patched() {
+    let set = rules(&[repository_mapping(
+        "m",
+        "busybox",
+        "mirror.io/busybox",
+        false,
+    )]);
+    let p = pod(&json!({"containers": [{"name": "web", "image": "nginx"}]}));
+    let d = decide_create(&set, &p);
+    assert_eq!(d.outcome, Outcome::Unchanged);
+    assert!(d.patch.0.is_empty(), "{:?}", d.patch);
+}
+
+#[test]
+fn reinvocation_resolves_from_the_recorded_original_so_mapping_stays_single_pass() {
+    // a → b and b → a: a second invocation must not map b back to a.
+    let set = rules(&[
+        repository_mapping("ab", "a.io/app", "b.io/app", false),
+        repository_mapping("ba", "b.io/app", "a.io/app", false),
+    ]);
+    let p = pod(&json!({"containers": [{"name": "app", "image": "a.io/app:1"}]}));
+    let first = decide_create(&set, &p);
+    let once = patched(&p, &first);
+    assert_eq!(once["spec"]["containers"][0]["image"], "b.io/app:1");
+    // Another webhook adds a container; the API server calls again.
+    let mut again = once.clone();
+    again["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "sidecar", "image": "b.io/app:2"}));
+    let second = decide_create(&set, &again);
+    let twice = patched(&again, &second);
+    assert_eq!(
+        twice["spec"]["containers"][0]["image"], "b.io/app:1",
+        "not mapped back"
+    );
+    assert_eq!(
+        twice["spec"]["containers"][1]["image"], "a.io/app:2",
+        "the new one mapped"
+    );
+    let originals: BTreeMap<String, String> = serde_json::from_str(
+        twice["metadata"]["annotations"][ORIGINAL_IMAGES]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(originals["app"], "a.io/app:1");
+    assert_eq!(originals["sidecar"], "b.io/app:2");
+    // Called once more with nothing new: nothing to do.
+    let third = decide_create(&set, &twice);
+    assert_eq!(patched(&twice, &third), twice);
+}
+
+#[test]
+fn a_container_that_cannot_be_mapped_is_admitted_unchanged_with_a_warning() {
+    let set = RuleSet::compile(
+        &[regex_mapping(
+            "out",
+            r"^docker\.io/library/(.*)$",
+            "elsewhere.io/$1",
+        )],
+        &CompileOptions {
+            allowed_registries: crate::allowed_registries::AllowedRegistries::only(vec![
+                "mirror.io".into(),
+            ]),
+            ..CompileOptions::default()
+        },
+    );
+    let p = pod(
+        &json!({"containers": [{"name": "app", "image": "busybox"}, {"name": "x", "image": "::not a ref"}]}),
+    );
+    let d = decide_create(&set, &p);
+    assert_eq!(d.outcome, Outcome::Unchanged, "{d:?}");
+    assert_eq!(patched(&p, &d), p, "nothing recorded, nothing changed");
+    assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+    assert!(
+        d.warnings[0].contains("container app (busybox) is not mapped"),
+        "{:?}",
+        d.warnings
+    );
+    assert!(d.warnings[1].contains("container x"), "{:?}", d.warnings);
+}
+
+#[test]
+fn duplicate_container_names_leave_the_pod_alone() {
+    let set = rules(&[repository_mapping(
+        "m",
+        "busybox",
+        "mirror.io/busybox",
+        false,
+    )]);
+    let p = pod(
+        &json!({"containers": [{"name": "a", "image": "busybox"}, {"name": "a", "image": "busybox"}]}),
+    );
+    let d = decide_create(&set, &p);
+    assert!(d.patch.0.is_empty());
+    assert!(
+        d.warnings[0].contains("share names (a)"),
+        "{:?}",
+        d.warnings
+    );
+}
+
+#[test]
+fn the_skip_label_opts_out_of_the_namespaces_rules_never_the_clusters() {
+    let set = rules(&[
+        repository_mapping("ns", "busybox", "tenant.io/busybox", false),
+        cluster_mapping("admin", "nginx", "mirror.io/nginx"),
+    ]);
+    let p = json!({
+        "metadata": {"labels": {SKIP_LABEL: "true"}},
+        "spec": {"containers": [{"name": "a", "image": "busybox"}, {"name": "b", "image": "nginx"}]},
+    });
+    let after = patched(&p, &decide_create(&set, &p));
+    assert_eq!(after["spec"]["containers"][0]["image"], "busybox");
+    assert_eq!(after["spec"]["containers"][1]["image"], "mirror.io/nginx");
+}
+
+#[test]
+fn dry_run_mappings_change_no_image_but_label_and_count_the_pod() {
+    let set = rules(&[repository_mapping(
+        "m",
+        "busybox",
+        "mirror.io/busybox",
+        true,
+    )]);
+    let p = pod(&json!({"containers": [{"name": "a", "image": "busybox"}]}));
+    let d = decide_create(&set, &p);
+    assert_eq!(d.outcome, Outcome::Unchanged);
+    assert_eq!(d.dry_run, 1);
+    let after = patched(&p, &d);
+    assert_eq!(after["spec"], p["spec"]);
+    assert_eq!(after["metadata"]["labels"][MAPPED_LABEL], DRY_RUN);
+    assert!(after["metadata"].get("annotations").is_none());
+}
+
+#[test]
+fn a_followed_tag_is_pinned_from_memory_or_admitted_as_written_and_counted() {
+    let mut follow = repository_mapping("m", "app", "mirror.io/app:dev", false);
+    follow.rules[0].follow_tag = true;
+    let set = RuleSet::compile(
+        &[follow],
+        &CompileOptions {
+            allowed_registries: crate::allowed_registries::AllowedRegistries::only(vec![
+                "mirror.io".into(),
+            ]),
+            follow_needs_list: true,
+            local_registry: None,
+        },
+    );
+    let p = pod(&json!({"containers": [{"name": "a", "image": "app"}]}));
+    let unknown = decide_create(&set, &p);
+    assert_eq!(unknown.unpinned, 1);
+    assert_eq!(
+        patched(&p, &unknown)["spec"]["containers"][0]["image"],
+        "mirror.io/app:dev"
+    );
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let known = |_: &str, _: Option<&RuleRef>, _: &str| Some(digest.clone());
+    let labels = BTreeMap::new();
+    let d = decide(
+        &set,
+        &PodRequest {
+            namespace: "dev",
+            namespace_labels: &labels,
+            pod: &p,
+            change: Change::Create,
+        },
+        &known,
+    );
+    assert_eq!(d.unpinned, 0);
+    assert_eq!(
+        patched(&p, &d)["spec"]["containers"][0]["image"],
+        format!("mirror.io/app:dev@{digest}")
+    );
+}
+
+#[test]
+fn only_the_ephemeral_containers_a_request_adds_are_mapped_and_told_in_warnings() {
+    let set = rules(&[repository_mapping(
+        "m",
+        "busybox",
+        "mirror.io/busybox",
+        false,
+    )]);
+    let old = pod(&json!({
+        "containers": [{"name": "web", "image": "busybox"}],
+        "ephemeralContainers": [{"name": "debug1", "image": "busybox"}],
+    }));
+    let mut new = old.clone();
+    new["spec"]["ephemeralContainers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "debug2", "image": "busybox:1.36"}));
+    let labels = BTreeMap::new();
+    let d = decide(
+        &set,
+        &PodRequest {
+            namespace: "dev",
+            namespace_labels: &labels,
+            pod: &new,
+            change: Change::EphemeralContainers { old: &old },
+        },
+        &no_digest,
+    );
+    assert_eq!(d.outcome, Outcome::Mutated);
+    let after = patched(&new, &d);
+    assert_eq!(
+        after["spec"]["ephemeralContainers"][0]["image"], "busybox",
+        "not added now"
+    );
+    assert_eq!(
+        after["spec"]["ephemeralContainers"][1]["image"],
+        "mirror.io/busybox:1.36"
+    );
+    assert_eq!(
+        after["spec"]["containers"][0]["image"], "busybox",
+        "running: never"
+    );
+    assert!(after["metadata"].get("annotations").is_none());
+    assert!(
+        d.warnings[0].contains("ephemeral container ephemeral:debug2 runs mirror.io/busybox:1.36"),
+        "{:?}",
+        d.warnings
+    );
+}
+
+#[test]
+fn records_that_would_not_fit_leave_the_pod_unchanged_with_a_warning() {
+    let set = rules(&[repository_mapping(
+        "m",
+        "busybox",
+        "mirror.io/busybox",
+        false,
+    )]);
+    let containers: Vec<Value> = (0..200)
+        .map(|i| json!({"name": format!("container-with-a-long-name-{i}"), "image": "busybox"}))
+        .collect();
+    let p = pod(&json!({"containers": containers}));
+    let d = decide_create(&set, &p);
+    assert_eq!(d.outcome, Outcome::Unchanged);
+    assert!(d.patch.0.is_empty());
+    assert!(
+        d.warnings[0].contains("over the 8192-byte bound"),
+        "{:?}",
+        d.warnings
+    );
+}
