@@ -61,7 +61,7 @@ fn operator_files() -> BTreeMap<String, String> {
 }
 
 /// The files that wire rooms together: the operator's, and each side's.
-const WIRING: [&str; 3] = ["mod.rs", "read/mod.rs", "write/mod.rs"];
+const WIRING: [&str; 4] = ["mod.rs", "admission/mod.rs", "read/mod.rs", "write/mod.rs"];
 
 /// The file of module `path` (`["read", "watches"]` → `read/watches/mod.rs`).
 fn module_file(files: &BTreeMap<String, String>, path: &[&str]) -> Option<String> {

@@ -4,12 +4,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::admission::scope::Excluded;
 use crate::allowed_registries::AllowedRegistries;
 use crate::api_requests::ApiRequests;
 use crate::local_registry::Vantage;
 use crate::operator::{
     self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
-    SecretName, TokenFile, health,
+    SecretName, TokenFile, Webhook, WebhookCertificate, health,
 };
 use crate::vm_images;
 
@@ -71,6 +72,27 @@ pub struct RunArgs {
     /// are checked anonymously.
     #[arg(long, value_delimiter = ',', value_name = "NS")]
     pub registry_credentials_namespaces: Vec<String>,
+    /// Address of the admission webhook (HTTPS), which maps the images of every Pod created;
+    /// `off` to serve none. It needs a certificate: `--webhook-url` or `--webhook-cert-dir`.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub webhook_addr: String,
+    /// The webhook's URL as the API server reaches it (`https://HOST:PORT`), for an operator
+    /// outside the cluster: it makes its own CA and certificate for HOST, registers its own
+    /// MutatingWebhookConfiguration (`--webhook-configuration`), and deletes it on exit.
+    #[arg(long, value_name = "URL", conflicts_with = "webhook_cert_dir")]
+    pub webhook_url: Option<String>,
+    /// A directory with the webhook's certificate as cert-manager writes it (`tls.crt`,
+    /// `tls.key`), read again when it changes; cert-manager's cainjector then keeps the
+    /// configuration's `caBundle`.
+    #[arg(long, value_name = "DIR")]
+    pub webhook_cert_dir: Option<std::path::PathBuf>,
+    /// The name of the MutatingWebhookConfiguration `--webhook-url` registers.
+    #[arg(long, default_value = "imagemap", value_name = "NAME")]
+    pub webhook_configuration: String,
+    /// Namespaces whose pods are never mapped, besides kube-system, kube-public,
+    /// kube-node-lease and the operator's own; comma-separated or repeated.
+    #[arg(long, value_delimiter = ',', value_name = "NS")]
+    pub webhook_exclude_namespaces: Vec<String>,
     /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
@@ -155,7 +177,38 @@ impl RunArgs {
                     name: name.clone(),
                 }
             }),
+            webhook: self.webhook(own_namespace)?,
         })
+    }
+}
+
+impl RunArgs {
+    /// The webhook's settings; `None` when it is `off`, or has no certificate to serve.
+    fn webhook(&self, own_namespace: &str) -> anyhow::Result<Option<Webhook>> {
+        if self.webhook_addr == "off" {
+            return Ok(None);
+        }
+        let certificate = match (&self.webhook_url, &self.webhook_cert_dir) {
+            (Some(url), _) => {
+                let parsed: http::Uri = url
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--webhook-url {url:?}: {e}"))?;
+                if parsed.scheme_str() != Some("https") || parsed.host().is_none() {
+                    anyhow::bail!("--webhook-url {url:?}: give https://HOST:PORT");
+                }
+                WebhookCertificate::Local {
+                    url: url.clone(),
+                    configuration: self.webhook_configuration.clone(),
+                }
+            }
+            (None, Some(dir)) => WebhookCertificate::Dir(dir.clone()),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(Webhook {
+            addr: self.webhook_addr.clone(),
+            certificate,
+            excluded: Excluded::new(Some(own_namespace), &self.webhook_exclude_namespaces),
+        }))
     }
 }
 
@@ -167,6 +220,11 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     })?;
     let own_namespace = operator_namespace(&config.default_namespace);
     let options = args.options(&own_namespace)?;
+    if options.webhook.is_none() && args.webhook_addr != "off" {
+        tracing::info!(
+            "the admission webhook is not served: it needs --webhook-url or --webhook-cert-dir"
+        );
+    }
     if !args.leader_elect {
         let (client, requests) = crate::api_requests::client_with_counter(config)?;
         let observers = observe(args, &options, requests).await?;

@@ -1,5 +1,5 @@
 //! A small HTTP/1 server for the operator's own endpoints (probes and metrics, registry
-//! notifications), built to be reached by any pod: each connection is served on its own
+//! notifications, and over TLS the admission webhook), built to be reached by any pod: each connection is served on its own
 //! task by one handler, and none can be held open — headers (and the wait for the next
 //! request on a kept-alive connection) must arrive within [`HEADER_LIMIT`], a handler
 //! answers within [`HANDLER_LIMIT`], headers fit in 16 KiB, and at most [`MAX_CONNECTIONS`]
@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::Notify;
+use tokio_rustls::TlsAcceptor;
 
 /// How long a client may take to send a request's headers, and a kept-alive connection
 /// may wait for its next request.
@@ -119,6 +120,32 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
+    serve_with(listener, what, None, handle).await;
+}
+
+/// [`serve`] over TLS: each connection's handshake with `tls` must end within
+/// [`HEADER_LIMIT`].
+pub async fn serve_tls<F, Fut>(
+    listener: tokio::net::TcpListener,
+    what: &'static str,
+    tls: TlsAcceptor,
+    handle: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    serve_with(listener, what, Some(tls), handle).await;
+}
+
+async fn serve_with<F, Fut>(
+    listener: tokio::net::TcpListener,
+    what: &'static str,
+    tls: Option<TlsAcceptor>,
+    handle: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     tracing::info!(addr = ?listener.local_addr().ok(), "serving {what}");
     let open = Arc::new(Mutex::new(Open::default()));
     let mut pause = Duration::ZERO;
@@ -148,39 +175,58 @@ where
             open: Arc::clone(&open),
             id,
         };
-        let handle = handle.clone();
+        let (handle, tls) = (handle.clone(), tls.clone());
         tokio::spawn(async move {
             let _leaving = leaving;
-            let serving = Arc::clone(&connection);
-            let service = hyper::service::service_fn(move |req| {
-                let guard = Serving::new(&serving);
-                let response = handle(req);
-                async move {
-                    let response = tokio::time::timeout(HANDLER_LIMIT, response)
-                        .await
-                        .unwrap_or_else(|_| {
-                            text(StatusCode::SERVICE_UNAVAILABLE, "no answer in time\n")
-                        });
-                    drop(guard);
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_LIMIT)
-                .max_buf_size(READ_BUFFER)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                served = conn => {
-                    if let Err(e) = served {
-                        tracing::debug!(error = %e, "{what}: connection");
-                    }
-                }
-                () = connection.close.notified() => {
-                    tracing::debug!("{what}: a waiting connection closed for a new one");
-                }
+            match tls {
+                None => serve_connection(stream, what, connection, handle).await,
+                Some(tls) => match tokio::time::timeout(HEADER_LIMIT, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, what, connection, handle).await,
+                    Ok(Err(e)) => tracing::debug!(error = %e, "{what}: TLS handshake"),
+                    Err(_) => tracing::debug!("{what}: no TLS handshake in time"),
+                },
             }
         });
+    }
+}
+
+/// Serves one connection's requests until it closes, or another connection takes its place.
+async fn serve_connection<S, F, Fut>(
+    stream: S,
+    what: &'static str,
+    connection: Arc<Connection>,
+    handle: F,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let serving = Arc::clone(&connection);
+    let service = hyper::service::service_fn(move |req| {
+        let guard = Serving::new(&serving);
+        let response = handle(req);
+        async move {
+            let response = tokio::time::timeout(HANDLER_LIMIT, response)
+                .await
+                .unwrap_or_else(|_| text(StatusCode::SERVICE_UNAVAILABLE, "no answer in time\n"));
+            drop(guard);
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_LIMIT)
+        .max_buf_size(READ_BUFFER)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        served = conn => {
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "{what}: connection");
+            }
+        }
+        () = connection.close.notified() => {
+            tracing::debug!("{what}: a waiting connection closed for a new one");
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //! server-side apply with one field manager, a pod create/delete/label patch, an Event or
 //! the Lease.
 
+mod admission;
 mod http_endpoint;
 mod jitter;
 mod leader;
@@ -34,7 +35,9 @@ pub use leader::{
 };
 pub use observe::progress::Progress;
 pub use observe::{health, metrics};
-pub use options::{DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretName};
+pub use options::{
+    DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretName, Webhook, WebhookCertificate,
+};
 pub use read::watches::cached_pod::CachedPod;
 pub use read::watches::caches::Caches;
 pub use read::watches::listed::{CachesListed, Listed};
@@ -116,6 +119,19 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let mut tasks = Tasks::default();
     let (read, told) = read::start(&client, &options, &observers.health, &mut tasks)?;
+    let webhook = match &options.webhook {
+        Some(webhook) => Some(
+            admission::start(
+                &client,
+                webhook,
+                &options.namespaces,
+                &read,
+                Arc::clone(&observers.metrics),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let side = WriteSide {
         client,
         options,
@@ -124,5 +140,9 @@ pub async fn run_with(
         progress: observers.progress,
         running: observers.running,
     };
-    write::run(side, read, told, tasks, shutdown).await
+    let result = write::run(side, read, told, tasks, shutdown).await;
+    if let Some(webhook) = webhook {
+        webhook.stop().await;
+    }
+    result
 }

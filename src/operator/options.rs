@@ -37,6 +37,8 @@ pub struct Options {
     /// Namespaces whose ImageMappings' followed tags are checked with the credentials too
     /// (the ClusterImageMappings' always are).
     pub registry_credentials_namespaces: Vec<String>,
+    /// The admission webhook; `None` serves none.
+    pub webhook: Option<Webhook>,
 }
 
 /// A Secret the operator reads, by namespace and name.
@@ -60,6 +62,30 @@ pub struct RegistryNotifications {
     pub token: std::sync::Arc<super::write::tags::token_file::TokenFile>,
 }
 
+/// The admission webhook: where it listens, where its certificate comes from, and which
+/// namespaces it never maps.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    /// `--webhook-addr`.
+    pub addr: String,
+    pub certificate: WebhookCertificate,
+    /// The namespaces never mapped: the cluster's own, the operator's and
+    /// `--webhook-exclude-namespaces`.
+    pub excluded: crate::admission::scope::Excluded,
+}
+
+/// Where the webhook's serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum WebhookCertificate {
+    /// `--webhook-url`: the operator runs outside the cluster, makes its own CA and
+    /// certificate for the URL's host, and registers (and on exit deletes) its own
+    /// MutatingWebhookConfiguration named `configuration`.
+    Local { url: String, configuration: String },
+    /// `--webhook-cert-dir`: cert-manager's `tls.crt` and `tls.key`, read again when they
+    /// change (its cainjector keeps the configuration's `caBundle`).
+    Dir(std::path::PathBuf),
+}
+
 /// The default of [`Options::tag_poll_interval`].
 pub const DEFAULT_TAG_POLL_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -80,6 +106,7 @@ impl Default for Options {
             registry_notifications: None,
             registry_credentials: None,
             registry_credentials_namespaces: Vec::new(),
+            webhook: None,
         }
     }
 }

@@ -39,6 +39,10 @@ pub struct Metrics {
     invalid_objects: Counter,
     tag_checks: Family<CheckLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
+    admissions: Family<CheckLabels, Counter>,
+    admission_duration: Histogram,
+    admission_unpinned: Counter,
+    admission_dry_run: Counter,
     /// The operator client's request counter, read into `requests` at each render.
     api: ApiRequests,
 }
@@ -56,6 +60,30 @@ impl Metrics {
         let invalid_objects = Counter::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let tag_checks = Family::<CheckLabels, Counter>::default();
+        let admissions = Family::<CheckLabels, Counter>::default();
+        // From 10 µs to about 0.3 s.
+        let admission_duration = Histogram::new(exponential_buckets(0.000_01, 2.0, 16));
+        let (admission_unpinned, admission_dry_run) = (Counter::default(), Counter::default());
+        registry.register(
+            "admissions",
+            "Pod admission requests by result (mutated, unchanged, skipped, error)",
+            admissions.clone(),
+        );
+        registry.register(
+            "admission_duration_seconds",
+            "Time the webhook took to answer an admission request, body read included",
+            admission_duration.clone(),
+        );
+        registry.register(
+            "admission_unpinned_containers",
+            "Containers admitted with a followed tag whose digest the replica did not hold yet",
+            admission_unpinned.clone(),
+        );
+        registry.register(
+            "admission_dry_run_containers",
+            "Containers admitted unchanged that a dry-run mapping would rewrite",
+            admission_dry_run.clone(),
+        );
         registry.register(
             "reconciles",
             "VirtualMachine reconciles finished",
@@ -106,8 +134,21 @@ impl Metrics {
             invalid_objects,
             tag_checks,
             requests,
+            admissions,
+            admission_duration,
+            admission_unpinned,
+            admission_dry_run,
             api,
         }
+    }
+
+    /// An admission request answered: its result, how long it took, and the containers it
+    /// admitted unpinned or that a dry-run mapping would rewrite.
+    pub(crate) fn admitted(&self, result: &'static str, seconds: f64, unpinned: u64, dry_run: u64) {
+        self.admissions.get_or_create(&CheckLabels { result }).inc();
+        self.admission_duration.observe(seconds);
+        self.admission_unpinned.inc_by(unpinned);
+        self.admission_dry_run.inc_by(dry_run);
     }
 
     pub(crate) fn reconciled(&self, seconds: f64) {

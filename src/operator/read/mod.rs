@@ -35,7 +35,7 @@ use watches::cache_events::{self, CacheEvent, Source};
 use watches::cached_pod::CachedPod;
 use watches::caches::Caches;
 use watches::invalid_objects::{self, Unreadable};
-use watches::listed::CachesListed;
+use watches::listed::{CachesListed, Listed};
 use watches::unreadable_mappings::UnreadableMappings;
 
 /// What the read side keeps, for every reader.
@@ -47,6 +47,8 @@ pub struct ReadSide {
     /// The registries followed tags are checked at, and the cluster's local registry in
     /// force.
     pub registries: Arc<Registries>,
+    /// Marked once the rules were first compiled: every mapping and namespace listed.
+    pub rules_loaded: Listed,
 }
 
 /// What the read side tells, for the write side to act on.
@@ -61,8 +63,6 @@ pub struct Told {
     pub unreadable: UnboundedReceiver<Unreadable>,
     /// What changed in the rules.
     pub rules_changed: UnboundedReceiver<RulesChanged>,
-    /// Sent once the rules were first compiled.
-    pub rules_compiled: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// Starts the read side: its watches, and the rules watcher among `tasks`.
@@ -91,9 +91,9 @@ pub fn start(
         rules: Arc::default(),
         followed: Arc::default(),
         registries,
+        rules_loaded: Listed::default(),
     };
     let (told_rules, rules_changed) = futures::channel::mpsc::unbounded();
-    let (rules_ready, rules_compiled) = tokio::sync::oneshot::channel();
     tasks.spawn(
         "rules watcher",
         rules_watcher::run(
@@ -105,7 +105,7 @@ pub fn start(
                 told: told_rules,
             },
             watches.changes,
-            rules_ready,
+            read.rules_loaded.clone(),
         ),
     );
     let told = Told {
@@ -114,7 +114,6 @@ pub fn start(
         vms_deleted: watches.vms_deleted,
         unreadable: watches.unreadable,
         rules_changed,
-        rules_compiled,
     };
     Ok((read, told))
 }

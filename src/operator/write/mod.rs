@@ -86,6 +86,7 @@ pub async fn run(
         rules,
         followed,
         registries,
+        rules_loaded,
     } = read;
     let listed = caches.listed.clone();
     let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
@@ -209,9 +210,8 @@ pub async fn run(
     // Reconciling before the rules are compiled would give VMs pods with unmapped images;
     // before the pod cache has listed, it would create pods that exist.
     let shutdown = shutdown.shared();
-    let rules_compiled = told.rules_compiled;
     tokio::select! {
-        compiled = async { rules_compiled.await?; listed.pods.wait().await; anyhow::Ok(()) } => compiled?,
+        () = async { rules_loaded.wait().await; listed.pods.wait().await; } => {}
         () = shutdown.clone() => return Ok(()),
         e = tasks.first_ended() => return Err(e),
     }

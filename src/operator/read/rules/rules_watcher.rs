@@ -17,6 +17,7 @@ use crate::operator::read::rules::local_registry_watcher::Observed;
 use crate::operator::read::rules::rules_in_force::{RuleChange, RulesInForce};
 use crate::operator::read::watches::cache_events::CacheEvent;
 use crate::operator::read::watches::caches::Caches;
+use crate::operator::read::watches::listed::Listed;
 use crate::operator::read::watches::unreadable_mappings::Held;
 use crate::registry::Registries;
 
@@ -139,12 +140,8 @@ impl RulesWatcher {
 
 /// Runs until `changes` ends. Once every mapping and namespace store has listed and the
 /// local registry was observed, compiles the rules, tells [`RulesChanged::Compiled`] and
-/// sends `ready`; from then on each burst of changes is handled at once.
-pub async fn run(
-    ctx: RulesWatcher,
-    mut changes: BoxStream<'static, Change>,
-    ready: tokio::sync::oneshot::Sender<()>,
-) {
+/// marks `loaded`; from then on each burst of changes is handled at once.
+pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, Change>, loaded: Listed) {
     // The stores fill as `changes` is polled: poll it until all have listed.
     let listed = ctx.caches.listed.clone();
     let all_listed = futures::future::join3(
@@ -181,7 +178,7 @@ pub async fn run(
         })
         .collect();
     ctx.tell(RulesChanged::Compiled);
-    let _ = ready.send(());
+    loaded.mark();
 
     while let Some(first) = changes.next().await {
         let mut burst = Burst::default();

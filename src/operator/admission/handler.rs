@@ -1,0 +1,175 @@
+//! One admission request, answered from memory: the rules in force, the namespaces' labels
+//! and the digests the replica holds. Nothing here calls the API server or a registry. A
+//! request that is not an AdmissionReview is refused (the API server then admits the pod
+//! as it is: the webhook fails open); every other answer admits the pod, mapped or not.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::{Value, json};
+
+use crate::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
+use crate::admission::scope::{self, Excluded, RequestKind, Skip};
+use crate::excerpt::excerpt;
+use crate::operator::read::digests::followed_tags::{Followed, FollowedTags};
+use crate::operator::read::rules::rules_in_force::RulesInForce;
+use crate::vm_images;
+
+/// Most warnings an answer carries (the API server keeps at most 4 KiB of them).
+const MAX_WARNINGS: usize = 8;
+
+/// What admission answers from.
+#[derive(Clone)]
+pub struct Admitter {
+    pub rules: Arc<RulesInForce>,
+    /// The digests of followed tags, as this replica holds them.
+    pub followed: Arc<FollowedTags>,
+    /// The namespaces, for the labels ClusterImageMappings select them by.
+    pub namespaces: Store<Namespace>,
+    /// Namespaces never mapped.
+    pub excluded: Excluded,
+    /// The namespaces the operator acts in (empty: all).
+    pub acts_in: Vec<String>,
+}
+
+/// A request the webhook cannot answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAReview(String);
+
+/// What an answer says, for metrics and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    /// `mutated`, `unchanged` or `skipped`.
+    pub result: &'static str,
+    pub unpinned: usize,
+    pub dry_run: usize,
+    /// The serialized AdmissionReview.
+    pub body: Vec<u8>,
+}
+
+impl Admitter {
+    /// The answer to `body`, an AdmissionReview of a pod.
+    pub fn answer(&self, body: &[u8]) -> Result<Answered, NotAReview> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| {
+            NotAReview(format!(
+                "not an AdmissionReview: {}",
+                excerpt(&e.to_string())
+            ))
+        })?;
+        let request: AdmissionRequest<DynamicObject> = review
+            .try_into()
+            .map_err(|_| NotAReview("an AdmissionReview without a request".into()))?;
+        let mut response = AdmissionResponse::from(&request);
+        let (result, decision) = match self.decide(&request) {
+            Err(skip) => {
+                tracing::trace!(reason = skip.as_str(), "admission skipped");
+                ("skipped", None)
+            }
+            Ok(decision) => {
+                let result = match decision.outcome {
+                    Outcome::Mutated => "mutated",
+                    Outcome::Unchanged => "unchanged",
+                };
+                (result, Some(decision))
+            }
+        };
+        let (mut unpinned, mut dry_run) = (0, 0);
+        if let Some(d) = decision {
+            (unpinned, dry_run) = (d.unpinned, d.dry_run);
+            if !d.warnings.is_empty() {
+                response.warnings = Some(bounded(d.warnings));
+            }
+            if !d.patch.0.is_empty() {
+                let fallback = AdmissionResponse::from(&request);
+                response = response.with_patch(d.patch).unwrap_or(fallback);
+            }
+        }
+        let body = serde_json::to_vec(&response.into_review())
+            .map_err(|e| NotAReview(format!("answer not serializable: {e}")))?;
+        Ok(Answered {
+            result,
+            unpinned,
+            dry_run,
+            body,
+        })
+    }
+
+    /// What admission does to the request's pod, or why it is left alone.
+    fn decide(&self, request: &AdmissionRequest<DynamicObject>) -> Result<Decision, Skip> {
+        let operation = match request.operation {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        };
+        let kind = RequestKind::of(
+            &request.resource.group,
+            &request.resource.resource,
+            request.sub_resource.as_deref(),
+            operation,
+        );
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let pod = request.object.as_ref().map_or(Value::Null, pod_value);
+        if let Some(skip) = scope::skip(&self.excluded, &namespace, kind, &pod) {
+            return Err(skip);
+        }
+        if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {
+            return Err(Skip::ExcludedNamespace);
+        }
+        let old = request.old_object.as_ref().map(pod_value);
+        let change = match (kind, &old) {
+            (RequestKind::CreatePod, _) => Change::Create,
+            (RequestKind::AddEphemeralContainers, Some(old)) => Change::EphemeralContainers { old },
+            _ => return Err(Skip::OtherRequest),
+        };
+        let labels = self
+            .namespaces
+            .get(&ObjectRef::new(&namespace))
+            .map(|ns| ns.metadata.labels.clone().unwrap_or_default())
+            .unwrap_or_default();
+        let namespace_labels = vm_images::namespace_labels(&namespace, &labels);
+        let rules = self.rules.current();
+        let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
+            self.followed.digest(&Followed::of(reference, rule, ns))
+        };
+        Ok(pod_mutation::decide(
+            &rules,
+            &PodRequest {
+                namespace: &namespace,
+                namespace_labels: &namespace_labels,
+                pod: &pod,
+                change,
+            },
+            &digest_of,
+        ))
+    }
+}
+
+/// The pod's metadata and spec as JSON, as the pure core reads them.
+fn pod_value(object: &DynamicObject) -> Value {
+    json!({
+        "metadata": serde_json::to_value(&object.metadata).unwrap_or(Value::Null),
+        "spec": object.data.get("spec").cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// At most [`MAX_WARNINGS`] warnings, each short and printable.
+fn bounded(warnings: Vec<String>) -> Vec<String> {
+    let more = warnings.len().saturating_sub(MAX_WARNINGS);
+    let mut out: Vec<String> = warnings
+        .into_iter()
+        .take(MAX_WARNINGS)
+        .map(|w| excerpt(&w))
+        .collect();
+    if more > 0 {
+        out.push(format!("imagemap: and {more} more warnings"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! The admission webhook, served by every replica from what the read side keeps: the
+//! handler ([`handler`]: one AdmissionReview answered from memory), its TLS ([`tls`]), the
+//! server ([`server`]) and the webhook configuration ([`configuration`]).
+
+pub mod configuration;
+pub mod handler;
+pub mod server;
+pub mod tls;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use kube::Client;
+use tokio::task::JoinHandle;
+
+use crate::operator::observe::metrics::Metrics;
+use crate::operator::options::{Webhook, WebhookCertificate};
+use crate::operator::read::ReadSide;
+use configuration::Registered;
+use handler::Admitter;
+use tls::{CertDir, Certificates};
+
+/// The webhook while it serves; [`Serving::stop`] ends it.
+pub struct Serving {
+    tasks: Vec<JoinHandle<()>>,
+    /// The configuration this process registered (with `--webhook-url`), once it has.
+    registered: Arc<Mutex<Option<Registered>>>,
+}
+
+impl Serving {
+    /// Deletes the configuration this process registered, so the API server stops calling
+    /// it, then stops serving.
+    pub async fn stop(self) {
+        let registered = self
+            .registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(registered) = registered {
+            match registered.remove().await {
+                Ok(()) => {
+                    tracing::info!("deleted the webhook configuration this process registered");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not delete the webhook configuration this process registered");
+                }
+            }
+        }
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Starts the webhook of `webhook` on what `read` keeps: it listens at once, answers once
+/// the rules are loaded, and then — with `--webhook-url` — registers its configuration.
+/// `acts_in`: the namespaces the operator acts in (empty: all).
+pub async fn start(
+    client: &Client,
+    webhook: &Webhook,
+    acts_in: &[String],
+    read: &ReadSide,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Serving> {
+    let mut tasks = Vec::new();
+    let (certificates, local) = match &webhook.certificate {
+        WebhookCertificate::Local { url, configuration } => {
+            let host = url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_string()))
+                .ok_or_else(|| anyhow::anyhow!("--webhook-url {url:?}: give https://HOST:PORT"))?;
+            let made = tls::self_signed(&[host], SystemTime::now(), tls::VALIDITY)?;
+            let certificates = Certificates::new(&made.cert_pem, &made.key_pem)?;
+            (
+                certificates,
+                Some((url.clone(), configuration.clone(), made.ca_pem)),
+            )
+        }
+        WebhookCertificate::Dir(dir) => {
+            let dir = CertDir(dir.clone());
+            let files = dir
+                .read()
+                .map_err(|e| anyhow::anyhow!("--webhook-cert-dir: {e}"))?;
+            let certificates = Certificates::new(&files.0, &files.1)
+                .map_err(|e| anyhow::anyhow!("--webhook-cert-dir: {e}"))?;
+            tasks.push(tokio::spawn(dir.follow(Arc::clone(&certificates), files)));
+            (certificates, None)
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(&webhook.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--webhook-addr {}: {e}", webhook.addr))?;
+    let admitter = Admitter {
+        rules: Arc::clone(&read.rules),
+        followed: Arc::clone(&read.followed),
+        namespaces: read.caches.namespaces.clone(),
+        excluded: webhook.excluded.clone(),
+        acts_in: acts_in.to_vec(),
+    };
+    let loaded = read.rules_loaded.clone();
+    let acceptor = certificates.acceptor()?;
+    tasks.push(tokio::spawn(async move {
+        loaded.wait().await;
+        server::serve(listener, acceptor, admitter, metrics).await;
+    }));
+    let registered = Arc::new(Mutex::new(None));
+    if let Some((url, name, ca)) = local {
+        let configuration = configuration::for_url(&name, &url, &ca, &webhook.excluded, acts_in);
+        let (client, loaded, slot) = (
+            client.clone(),
+            read.rules_loaded.clone(),
+            Arc::clone(&registered),
+        );
+        tasks.push(tokio::spawn(async move {
+            loaded.wait().await;
+            match configuration::register(client, &configuration).await {
+                Ok(r) => {
+                    tracing::info!(%url, configuration = %name, "registered the webhook");
+                    *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+                }
+                Err(e) => tracing::error!(error = %e, configuration = %name, "could not register the webhook"),
+            }
+        }));
+    }
+    Ok(Serving { tasks, registered })
+}

@@ -1,0 +1,110 @@
+//! The webhook's HTTPS endpoint: `POST /mutate-pods` takes an AdmissionReview of at most
+//! [`BODY_LIMIT`] bytes (a large pod's review is over 1 MiB, and the ephemeral-container
+//! update carries the pod twice), with at most [`IN_FLIGHT`] bytes of requests read at once
+//! over every connection; it is hardened like the operator's other endpoints (header and
+//! handler timeouts, a connection cap).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use crate::operator::admission::handler::Admitter;
+use crate::operator::http_endpoint::{serve_tls, text};
+use crate::operator::observe::metrics::Metrics;
+
+/// The path the webhook configuration names.
+pub const PATH: &str = "/mutate-pods";
+/// The largest AdmissionReview read.
+pub const BODY_LIMIT: usize = 6 << 20;
+/// Most bytes of requests read at once, over every connection.
+pub const IN_FLIGHT: usize = 64 << 20;
+
+/// Serves admission on `listener` with `tls`, answering from `admitter` and counting into
+/// `metrics`, until the future is dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: TlsAcceptor,
+    admitter: Admitter,
+    metrics: Arc<Metrics>,
+) {
+    let state = Arc::new((admitter, metrics, Semaphore::new(IN_FLIGHT)));
+    serve_tls(listener, "admission webhook", tls, move |req| {
+        let state = Arc::clone(&state);
+        async move {
+            let (admitter, metrics, in_flight) = &*state;
+            handle(req, admitter, metrics, in_flight).await
+        }
+    })
+    .await;
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    admitter: &Admitter,
+    metrics: &Metrics,
+    in_flight: &Semaphore,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    if req.uri().path() != PATH {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("admission is served at {PATH}\n"),
+        );
+    }
+    if req.method() != Method::POST {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "POST AdmissionReviews here\n",
+        );
+    }
+    let length = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if length.is_some_and(|l| l > BODY_LIMIT) {
+        metrics.admitted("error", started.elapsed().as_secs_f64(), 0, 0);
+        return text(StatusCode::PAYLOAD_TOO_LARGE, too_large());
+    }
+    let permits = u32::try_from(length.unwrap_or(BODY_LIMIT).max(1)).unwrap_or(u32::MAX);
+    let Ok(_reading) = in_flight.acquire_many(permits).await else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "stopping\n");
+    };
+    let Ok(body) = Limited::new(req.into_body(), BODY_LIMIT).collect().await else {
+        metrics.admitted("error", started.elapsed().as_secs_f64(), 0, 0);
+        return text(StatusCode::PAYLOAD_TOO_LARGE, too_large());
+    };
+    let answer = admitter.answer(&body.to_bytes());
+    let seconds = started.elapsed().as_secs_f64();
+    match answer {
+        Ok(answered) => {
+            metrics.admitted(
+                answered.result,
+                seconds,
+                u64::try_from(answered.unpinned).unwrap_or(u64::MAX),
+                u64::try_from(answered.dry_run).unwrap_or(u64::MAX),
+            );
+            let mut response = Response::new(Full::new(Bytes::from(answered.body)));
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(e) => {
+            metrics.admitted("error", seconds, 0, 0);
+            tracing::debug!(error = %e, "admission request refused");
+            text(StatusCode::BAD_REQUEST, format!("{e}\n"))
+        }
+    }
+}
+
+fn too_large() -> String {
+    format!("an AdmissionReview takes at most {BODY_LIMIT} bytes\n")
+}
