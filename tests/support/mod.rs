@@ -9,6 +9,7 @@ pub mod hostile_registry;
 pub mod neonvm;
 pub mod registry;
 pub mod vms;
+pub mod webhooks;
 
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
