@@ -91,26 +91,11 @@ pub async fn serve_notifications(
     )))
 }
 
-/// Runs the operator under leader election: only while this replica holds the Lease of
-/// `election`, with the fenced client, reporting to `observers` (see [`run_with`]).
-pub async fn run_elected(
-    clients: ElectedClients,
-    options: Options,
-    observers: Observers,
-    election: LeaderElection,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> anyhow::Result<()> {
-    let health = Arc::clone(&observers.health);
-    leader::run_elected(clients, health, election, shutdown, |client, stop| {
-        run_with(client, options, observers, stop)
-    })
-    .await
-}
-
 /// Runs the operator, reporting to `observers`, until the VirtualMachine controller stops
-/// (or the future is dropped): the read side, and the write side on what it keeps. When
-/// `shutdown` completes, no new reconcile starts, the running ones finish, and the function
-/// returns. A background task that ends is an error.
+/// (or the future is dropped): the read side (and the webhook, when configured), and the
+/// write side on what it keeps. When `shutdown` completes, the replica is no longer ready,
+/// no new reconcile starts, the running ones finish, and the function returns. A
+/// background task that ends is an error.
 pub async fn run_with(
     client: Client,
     options: Options,
@@ -119,30 +104,79 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let mut tasks = Tasks::default();
     let (read, told) = read::start(&client, &options, &observers.health, &mut tasks)?;
-    let webhook = match &options.webhook {
-        Some(webhook) => Some(
-            admission::start(
-                &client,
-                webhook,
-                &options.namespaces,
-                &read,
-                Arc::clone(&observers.metrics),
-            )
-            .await?,
-        ),
-        None => None,
-    };
-    let side = WriteSide {
+    let webhook = start_webhook(&client, &options, &read, &observers).await?;
+    let shutdown = draining(shutdown, Arc::clone(&observers.health));
+    let side = write_side(client, options, &observers);
+    let result = write::run(side, read, told, tasks, shutdown).await;
+    stop_webhook(webhook).await;
+    result
+}
+
+/// Runs the operator under leader election, reporting to `observers`: the read side (and
+/// the webhook, when configured) on every replica at once; the write side only while this
+/// replica holds the Lease of `election`, with the fenced client (see [`run_with`]).
+pub async fn run_elected(
+    clients: ElectedClients,
+    options: Options,
+    observers: Observers,
+    election: LeaderElection,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let mut tasks = Tasks::default();
+    let (read, told) = read::start(&clients.replica, &options, &observers.health, &mut tasks)?;
+    let webhook = start_webhook(&clients.replica, &options, &read, &observers).await?;
+    let health = Arc::clone(&observers.health);
+    let shutdown = draining(shutdown, Arc::clone(&health));
+    let result = leader::run_elected(clients, health, election, shutdown, |client, stop| {
+        let side = write_side(client, options, &observers);
+        write::run(side, read, told, tasks, stop)
+    })
+    .await;
+    stop_webhook(webhook).await;
+    result
+}
+
+/// `shutdown`, after which the replica is no longer ready.
+async fn draining(shutdown: impl Future<Output = ()> + Send + Sync + 'static, health: Arc<Health>) {
+    shutdown.await;
+    health.drain();
+}
+
+fn write_side(client: Client, options: Options, observers: &Observers) -> WriteSide {
+    WriteSide {
         client,
         options,
-        health: observers.health,
-        metrics: observers.metrics,
-        progress: observers.progress,
-        running: observers.running,
+        health: Arc::clone(&observers.health),
+        metrics: Arc::clone(&observers.metrics),
+        progress: Arc::clone(&observers.progress),
+        running: Arc::clone(&observers.running),
+    }
+}
+
+/// The webhook of `options`, started on what `read` keeps.
+async fn start_webhook(
+    client: &Client,
+    options: &Options,
+    read: &read::ReadSide,
+    observers: &Observers,
+) -> anyhow::Result<Option<admission::Serving>> {
+    let Some(webhook) = &options.webhook else {
+        return Ok(None);
     };
-    let result = write::run(side, read, told, tasks, shutdown).await;
+    let serving = admission::start(
+        client,
+        webhook,
+        &options.namespaces,
+        read,
+        &observers.health,
+        Arc::clone(&observers.metrics),
+    )
+    .await?;
+    Ok(Some(serving))
+}
+
+async fn stop_webhook(webhook: Option<admission::Serving>) {
     if let Some(webhook) = webhook {
         webhook.stop().await;
     }
-    result
 }

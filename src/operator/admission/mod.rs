@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use kube::Client;
 use tokio::task::JoinHandle;
 
+use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::options::{Webhook, WebhookCertificate};
 use crate::operator::read::ReadSide;
@@ -60,8 +61,10 @@ pub async fn start(
     webhook: &Webhook,
     acts_in: &[String],
     read: &ReadSide,
+    health: &Arc<Health>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Serving> {
+    health.admits();
     let mut tasks = Vec::new();
     let (certificates, local) = match &webhook.certificate {
         WebhookCertificate::Local { url, configuration } => {
@@ -98,10 +101,11 @@ pub async fn start(
         excluded: webhook.excluded.clone(),
         acts_in: acts_in.to_vec(),
     };
-    let loaded = read.rules_loaded.clone();
+    let (loaded, health) = (read.rules_loaded.clone(), Arc::clone(health));
     let acceptor = certificates.acceptor()?;
     tasks.push(tokio::spawn(async move {
         loaded.wait().await;
+        health.set_rules_loaded();
         server::serve(listener, acceptor, admitter, metrics).await;
     }));
     let registered = Arc::new(Mutex::new(None));

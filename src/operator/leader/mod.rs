@@ -34,22 +34,30 @@ pub struct ElectedClients {
     pub operator: Client,
     /// The elector's own, for the Lease.
     pub elector: Client,
+    /// The replica's own, unfenced: the read side's watches, which every replica keeps,
+    /// and what a replica does for itself whether or not it leads (registering the webhook
+    /// it serves, with `--webhook-url`). Never the operator's writes.
+    pub replica: Client,
     pub fence: Fence,
     pub requests: ApiRequests,
 }
 
 impl ElectedClients {
-    /// Both clients from one configuration, with a closed fence.
+    /// The clients from one configuration, with a closed fence.
     pub fn new(config: Config) -> Result<ElectedClients, kube::Error> {
         let fence = Fence::new();
         let requests = ApiRequests::new();
         let operator = fenced_client::fenced_client(&config, &fence, &requests)?;
-        let elector = ClientBuilder::try_from(config)?
+        let elector = ClientBuilder::try_from(config.clone())?
+            .with_layer(&requests.layer())
+            .build();
+        let replica = ClientBuilder::try_from(config)?
             .with_layer(&requests.layer())
             .build();
         Ok(ElectedClients {
             operator,
             elector,
+            replica,
             fence,
             requests,
         })

@@ -50,6 +50,11 @@ pub struct Health {
     elector_looked: AtomicU64,
     /// How stale a Lease read may be for a replica standing by to be ready (seconds).
     lease_fresh_for: AtomicU64,
+    /// The replica serves admission: it is ready only once its rules are loaded.
+    admits: AtomicBool,
+    rules_loaded: AtomicBool,
+    /// Stopping: no longer ready, whatever else holds.
+    draining: AtomicBool,
 }
 
 impl Default for Health {
@@ -68,6 +73,9 @@ impl Default for Health {
             lease_seen: AtomicU64::new(0),
             elector_looked: AtomicU64::new(0),
             lease_fresh_for: AtomicU64::new(0),
+            admits: AtomicBool::new(false),
+            rules_loaded: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
         }
     }
 }
@@ -150,6 +158,21 @@ impl Health {
         slot.store(self.now(), Ordering::Relaxed);
     }
 
+    /// The replica serves admission: it is ready only once its rules are loaded.
+    pub fn admits(&self) {
+        self.admits.store(true, Ordering::Relaxed);
+    }
+
+    /// The rules were loaded (compiled from every mapping and namespace).
+    pub fn set_rules_loaded(&self) {
+        self.rules_loaded.store(true, Ordering::Relaxed);
+    }
+
+    /// The replica stops: it is no longer ready, so that a Service stops sending to it.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
     /// Every cache has listed once (and so every CRD exists).
     pub fn set_synced(&self) {
         self.caches_synced.store(true, Ordering::Relaxed);
@@ -226,6 +249,12 @@ impl Health {
     }
 
     fn ready_at(&self, now: u64) -> Result<(), String> {
+        if self.draining.load(Ordering::Relaxed) {
+            return Err("stopping".into());
+        }
+        if self.admits.load(Ordering::Relaxed) && !self.rules_loaded.load(Ordering::Relaxed) {
+            return Err("the rules are not loaded yet: admission waits for them".into());
+        }
         if self.standing_by.load(Ordering::Relaxed) {
             let seen = self.lease_seen.load(Ordering::Relaxed);
             let fresh_for = self.lease_fresh_for.load(Ordering::Relaxed);
