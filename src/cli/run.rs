@@ -177,14 +177,14 @@ impl RunArgs {
                     name: name.clone(),
                 }
             }),
-            webhook: self.webhook(own_namespace)?,
+            webhook: self.webhook()?,
         })
     }
 }
 
 impl RunArgs {
     /// The webhook's settings; `None` when it is `off`, or has no certificate to serve.
-    fn webhook(&self, own_namespace: &str) -> anyhow::Result<Option<Webhook>> {
+    fn webhook(&self) -> anyhow::Result<Option<Webhook>> {
         if self.webhook_addr == "off" {
             return Ok(None);
         }
@@ -207,7 +207,12 @@ impl RunArgs {
         Ok(Some(Webhook {
             addr: self.webhook_addr.clone(),
             certificate,
-            excluded: Excluded::new(Some(own_namespace), &self.webhook_exclude_namespaces),
+            // The namespace the operator runs in: in a cluster, `POD_NAMESPACE` (outside, the
+            // kubeconfig's namespace is the user's, and is mapped).
+            excluded: Excluded::new(
+                std::env::var("POD_NAMESPACE").ok().as_deref(),
+                &self.webhook_exclude_namespaces,
+            ),
         }))
     }
 }
