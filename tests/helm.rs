@@ -205,6 +205,8 @@ fn every_operator_flag_is_reachable_from_values_and_the_schema_matches_the_flags
         "healthAddr": "0.0.0.0:9090", "leaderElect": true, "leaseNamespace": "leases",
         "leaseName": "lead", "leaseDurationSeconds": 20, "logFormat": "plain",
         "localRegistryVantage": "host",
+        "webhookAddr": "0.0.0.0:9443", "webhookCertDir": "/certs", "webhookUrl": "https://x:1",
+        "webhookConfiguration": "w", "webhookDrainSeconds": 5, "webhookExcludeNamespaces": ["ops"],
     });
     let mut sets: Vec<String> = values
         .as_object()

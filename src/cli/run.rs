@@ -89,6 +89,10 @@ pub struct RunArgs {
     /// The name of the MutatingWebhookConfiguration `--webhook-url` registers.
     #[arg(long, default_value = "imagemap", value_name = "NAME")]
     pub webhook_configuration: String,
+    /// Seconds a stopping replica keeps answering admissions at most, once unready: until
+    /// no request came for 2 s. Keep it below the pod's termination grace period.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub webhook_drain_seconds: u64,
     /// Namespaces whose pods are never mapped, besides kube-system, kube-public,
     /// kube-node-lease and the operator's own; comma-separated or repeated.
     #[arg(long, value_delimiter = ',', value_name = "NS")]
@@ -206,6 +210,7 @@ impl RunArgs {
         };
         Ok(Some(Webhook {
             addr: self.webhook_addr.clone(),
+            drain: Duration::from_secs(self.webhook_drain_seconds),
             certificate,
             // The namespace the operator runs in: in a cluster, `POD_NAMESPACE` (outside, the
             // kubeconfig's namespace is the user's, and is mapped).

@@ -68,6 +68,8 @@ pub struct RegistryNotifications {
 pub struct Webhook {
     /// `--webhook-addr`.
     pub addr: String,
+    /// `--webhook-drain-seconds`: how long a stopping replica keeps answering at most.
+    pub drain: Duration,
     pub certificate: WebhookCertificate,
     /// The namespaces never mapped: the cluster's own, the operator's and
     /// `--webhook-exclude-namespaces`.

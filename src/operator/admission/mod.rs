@@ -8,7 +8,7 @@ pub mod server;
 pub mod tls;
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use kube::Client;
 use tokio::task::JoinHandle;
@@ -19,19 +19,31 @@ use crate::operator::options::{Webhook, WebhookCertificate};
 use crate::operator::read::ReadSide;
 use configuration::Registered;
 use handler::Admitter;
+use server::Activity;
 use tls::{CertDir, Certificates};
+
+/// How long without a request shows that the API server no longer sends to a replica
+/// that stops.
+const QUIET: Duration = Duration::from_secs(2);
 
 /// The webhook while it serves; [`Serving::stop`] ends it.
 pub struct Serving {
     tasks: Vec<JoinHandle<()>>,
     /// The configuration this process registered (with `--webhook-url`), once it has.
     registered: Arc<Mutex<Option<Registered>>>,
+    activity: Arc<Activity>,
+    /// `--webhook-drain-seconds`.
+    drain: Duration,
 }
 
 impl Serving {
-    /// Deletes the configuration this process registered, so the API server stops calling
-    /// it, then stops serving.
+    /// Drains, then stops serving: every answer from now on closes its connection, the
+    /// configuration this process registered is deleted, and the webhook keeps answering
+    /// until no request came for [`QUIET`] (the API server sends elsewhere: the replica is
+    /// unready, or its configuration gone), at most for the drain period.
     pub async fn stop(self) {
+        self.activity.drain();
+        let deadline = tokio::time::Instant::now() + self.drain;
         let registered = self
             .registered
             .lock()
@@ -46,6 +58,9 @@ impl Serving {
                     tracing::warn!(error = %e, "could not delete the webhook configuration this process registered");
                 }
             }
+        }
+        while self.activity.idle() < QUIET && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         for task in self.tasks {
             task.abort();
@@ -103,10 +118,12 @@ pub async fn start(
     };
     let (loaded, health) = (read.rules_loaded.clone(), Arc::clone(health));
     let acceptor = certificates.acceptor()?;
+    let activity = Arc::new(Activity::default());
+    let serving = Arc::clone(&activity);
     tasks.push(tokio::spawn(async move {
         loaded.wait().await;
         health.set_rules_loaded();
-        server::serve(listener, acceptor, admitter, metrics).await;
+        server::serve(listener, acceptor, admitter, metrics, serving).await;
     }));
     let registered = Arc::new(Mutex::new(None));
     if let Some((url, name, ca)) = local {
@@ -127,5 +144,10 @@ pub async fn start(
             }
         }));
     }
-    Ok(Serving { tasks, registered })
+    Ok(Serving {
+        tasks,
+        registered,
+        activity,
+        drain: webhook.drain,
+    })
 }

@@ -5,7 +5,8 @@
 //! handler timeouts, a connection cap).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -25,6 +26,47 @@ pub const BODY_LIMIT: usize = 6 << 20;
 /// Most bytes of requests read at once, over every connection.
 pub const IN_FLIGHT: usize = 64 << 20;
 
+/// When the endpoint last took a request, and whether it drains: while it does, every
+/// answer closes its connection, so that no client keeps one to a replica that stops.
+#[derive(Debug)]
+pub struct Activity {
+    started: Instant,
+    /// Milliseconds since `started` (0: never).
+    last_request: AtomicU64,
+    draining: AtomicBool,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            started: Instant::now(),
+            last_request: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Activity {
+    fn request(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_request.store(now.max(1), Ordering::Relaxed);
+    }
+
+    /// From now on, every answer closes its connection.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// How long since the last request (since the start when there was none).
+    #[must_use]
+    pub fn idle(&self) -> Duration {
+        let last = self.last_request.load(Ordering::Relaxed);
+        self.started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(last))
+    }
+}
+
 /// Serves admission on `listener` with `tls`, answering from `admitter` and counting into
 /// `metrics`, until the future is dropped.
 pub async fn serve(
@@ -32,13 +74,22 @@ pub async fn serve(
     tls: TlsAcceptor,
     admitter: Admitter,
     metrics: Arc<Metrics>,
+    activity: Arc<Activity>,
 ) {
     let state = Arc::new((admitter, metrics, Semaphore::new(IN_FLIGHT)));
     serve_tls(listener, "admission webhook", tls, move |req| {
-        let state = Arc::clone(&state);
+        let (state, activity) = (Arc::clone(&state), Arc::clone(&activity));
         async move {
+            activity.request();
             let (admitter, metrics, in_flight) = &*state;
-            handle(req, admitter, metrics, in_flight).await
+            let mut response = handle(req, admitter, metrics, in_flight).await;
+            if activity.draining.load(Ordering::Relaxed) {
+                response.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
+            response
         }
     })
     .await;
