@@ -8,6 +8,7 @@ pub mod fault_proxy;
 pub mod hostile_registry;
 pub mod neonvm;
 pub mod registry;
+pub mod tls_front;
 pub mod vms;
 pub mod webhooks;
 
