@@ -352,6 +352,96 @@ async fn a_rolling_restart_behind_a_front_maps_every_pod_and_never_fails_open() 
     );
 }
 
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn followers_pin_to_the_digests_the_leader_verified_and_ask_no_registry() {
+    let e = env("replicas-digests").await;
+    let registry = support::registry::TestRegistry::start(&e.ns).await;
+    let host = registry.host();
+    let first = registry.push("app", "dev", "build 1");
+    let tag = format!("{host}/app:dev");
+    e.add_mapping(
+        "follow",
+        json!([{"match": {"repository": "example.org/app"}, "to": tag, "followTag": true}]),
+    )
+    .await;
+    // A VM follows the tag: the leader checks it.
+    e.add_vm("vm", false, "Always", "example.org/app").await;
+    let certs = certs(&e.ns);
+    let lease = format!("lease-{}", e.ns);
+    let extra = [
+        "--allowed-registries",
+        &host,
+        "--insecure-registries",
+        &host,
+        "--tag-poll-interval",
+        "500ms",
+    ]
+    .map(String::from);
+    let (pa, pb) = (free_port(), free_port());
+    let mut args_a = replica(&e.ns, &lease, pa, &certs);
+    args_a.extend(extra.iter().cloned());
+    let mut args_b = replica(&e.ns, &lease, pb, &certs);
+    args_b.extend(extra.iter().cloned());
+    let replicas = [(pa, start(&args_a).await), (pb, start(&args_b).await)];
+    // The leader is the one that checks the tag.
+    let mut leading = None;
+    wait_until(WAIT, "one replica checks the tag", || {
+        leading = replicas
+            .iter()
+            .position(|(_, r)| r.metric("imagemap_tag_checks_total") > 0.0);
+        leading.is_some()
+    })
+    .await;
+    let leading = leading.unwrap();
+    let (leader, (follower_port, follower)) = (&replicas[leading].1, &replicas[1 - leading]);
+    let p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": e.ns},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app"}]},
+    });
+    // The follower pins to what the leader verified, and follows it when the tag moves.
+    for build in 1..=2 {
+        let digest = if build == 1 {
+            first.clone()
+        } else {
+            registry.push("app", "dev", "build 2")
+        };
+        let want = format!("{tag}@{digest}");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let admitted = admit(*follower_port, &certs.ca_pem, review(&e.ns, &p), &p).await;
+            if admitted["spec"]["containers"][0]["image"] == want.as_str() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the follower never pinned {want}: {admitted}\npublished: {}\nleader:\n{}\nfollower:\n{}",
+                kubectl(&[
+                    "get",
+                    "configmap",
+                    "imagemap-digests",
+                    "-n",
+                    &e.ns,
+                    "-o",
+                    "yaml"
+                ])
+                .stdout
+                .escape_ascii(),
+                leader.logs(),
+                follower.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // Only the leader asks the registry.
+    assert!(leader.metric("imagemap_tag_checks_total") >= 2.0);
+    assert!(
+        follower.metric("imagemap_tag_checks_total").abs() < f64::EPSILON,
+        "a follower asked the registry"
+    );
+}
+
 /// The API server's count of calls to `webhook` that failed open.
 fn fail_open_count(webhook: &str) -> f64 {
     let metrics = kubectl_ok(&["get", "--raw", "/metrics"]);

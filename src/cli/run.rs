@@ -8,6 +8,7 @@ use crate::admission::scope::Excluded;
 use crate::allowed_registries::AllowedRegistries;
 use crate::api_requests::ApiRequests;
 use crate::local_registry::Vantage;
+use crate::namespaced_name::NamespacedName;
 use crate::operator::{
     self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
     SecretName, TokenFile, Webhook, WebhookCertificate, health,
@@ -182,11 +183,27 @@ impl RunArgs {
                 }
             }),
             webhook: self.webhook()?,
+            // Under leader election, the leader tells the others what it verified.
+            published_digests: self.leader_elect.then(|| NamespacedName {
+                namespace: self.lease_namespace(),
+                name: PUBLISHED_DIGESTS.into(),
+            }),
         })
     }
 }
 
+/// The ConfigMap, beside the Lease, in which the leader publishes the digests it verified.
+pub const PUBLISHED_DIGESTS: &str = "imagemap-digests";
+
 impl RunArgs {
+    /// The Lease's namespace: `--lease-namespace`, else `POD_NAMESPACE`, else `default`.
+    fn lease_namespace(&self) -> String {
+        self.lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into())
+    }
+
     /// The webhook's settings; `None` when it is `off`, or has no certificate to serve.
     fn webhook(&self) -> anyhow::Result<Option<Webhook>> {
         if self.webhook_addr == "off" {
@@ -248,11 +265,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
         lease_name: args.lease_name.clone(),
         // Not the credentials' namespace: through a rolling upgrade, replicas of an older
         // version (POD_NAMESPACE, else `default`) must agree on the Lease.
-        namespace: args
-            .lease_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into()),
+        namespace: args.lease_namespace(),
         identity: operator::unique_identity(&identity_base()),
         timing: LeaseTiming::for_duration(Duration::from_secs(args.lease_duration_seconds)),
     };

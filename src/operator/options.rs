@@ -39,6 +39,9 @@ pub struct Options {
     pub registry_credentials_namespaces: Vec<String>,
     /// The admission webhook; `None` serves none.
     pub webhook: Option<Webhook>,
+    /// Where the leader publishes the digests it verified for every replica (under leader
+    /// election); `None`: no other replica to tell.
+    pub published_digests: Option<crate::namespaced_name::NamespacedName>,
 }
 
 /// A Secret the operator reads, by namespace and name.
@@ -109,6 +112,7 @@ impl Default for Options {
             registry_credentials: None,
             registry_credentials_namespaces: Vec::new(),
             webhook: None,
+            published_digests: None,
         }
     }
 }

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use crate::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
 use crate::admission::scope::{self, Excluded, RequestKind, Skip};
 use crate::excerpt::excerpt;
-use crate::operator::read::digests::followed_tags::{Followed, FollowedTags};
+use crate::operator::read::digests::followed_tags::Followed;
+use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::vm_images;
 
@@ -25,8 +26,8 @@ const MAX_WARNINGS: usize = 8;
 #[derive(Clone)]
 pub struct Admitter {
     pub rules: Arc<RulesInForce>,
-    /// The digests of followed tags, as this replica holds them.
-    pub followed: Arc<FollowedTags>,
+    /// The digests of followed tags the leader verified, as this replica holds them.
+    pub digests: Arc<VerifiedDigests>,
     /// The namespaces, for the labels ClusterImageMappings select them by.
     pub namespaces: Store<Namespace>,
     /// Namespaces never mapped.
@@ -134,7 +135,7 @@ impl Admitter {
         let namespace_labels = vm_images::namespace_labels(&namespace, &labels);
         let rules = self.rules.current();
         let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
-            self.followed.digest(&Followed::of(reference, rule, ns))
+            self.digests.get(&Followed::of(reference, rule, ns))
         };
         Ok(pod_mutation::decide(
             &rules,

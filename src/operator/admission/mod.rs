@@ -111,7 +111,7 @@ pub async fn start(
         .map_err(|e| anyhow::anyhow!("--webhook-addr {}: {e}", webhook.addr))?;
     let admitter = Admitter {
         rules: Arc::clone(&read.rules),
-        followed: Arc::clone(&read.followed),
+        digests: Arc::clone(&read.digests),
         namespaces: read.caches.namespaces.clone(),
         excluded: webhook.excluded.clone(),
         acts_in: acts_in.to_vec(),

@@ -27,7 +27,9 @@ use crate::operator::options::Options;
 use crate::operator::tasks::Tasks;
 use crate::registry::{CredentialSource, Registries};
 use crate::runner_pod::VM_LABEL;
+use digests::digests_watcher;
 use digests::followed_tags::FollowedTags;
+use digests::verified_digests::VerifiedDigests;
 use rules::local_registry_watcher;
 use rules::rules_in_force::RulesInForce;
 use rules::rules_watcher::{self, Change, RulesChanged, RulesWatcher};
@@ -49,6 +51,8 @@ pub struct ReadSide {
     pub registries: Arc<Registries>,
     /// Marked once the rules were first compiled: every mapping and namespace listed.
     pub rules_loaded: Listed,
+    /// The digests the leader verified, as this replica holds them (for admission).
+    pub digests: Arc<VerifiedDigests>,
 }
 
 /// What the read side tells, for the write side to act on.
@@ -92,7 +96,14 @@ pub fn start(
         followed: Arc::default(),
         registries,
         rules_loaded: Listed::default(),
+        digests: Arc::default(),
     };
+    if let Some(name) = &options.published_digests {
+        tasks.spawn(
+            "verified digests watcher",
+            digests_watcher::run(client.clone(), name.clone(), Arc::clone(&read.digests)),
+        );
+    }
     let (told_rules, rules_changed) = futures::channel::mpsc::unbounded();
     tasks.spawn(
         "rules watcher",

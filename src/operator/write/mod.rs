@@ -30,6 +30,7 @@ use crate::operator::tasks::Tasks;
 use mapping_statuses::mapping_status_writer::{self, StatusWriter};
 use mapping_statuses::status_due::StatusDue;
 use tags::credentials_watcher::{self, CredentialsWatcher};
+use tags::digest_publisher::{self, DigestPublisher};
 use tags::push_endpoint::{Pushed, Running};
 use tags::tag_follower::{self, TagFollower};
 use vms::pod_watcher;
@@ -87,6 +88,7 @@ pub async fn run(
         followed,
         registries,
         rules_loaded,
+        digests,
     } = read;
     let listed = caches.listed.clone();
     let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
@@ -120,6 +122,15 @@ pub async fn run(
             }),
             trigger.clone(),
         ),
+    );
+    tasks.spawn(
+        "digest publisher",
+        digest_publisher::run(DigestPublisher {
+            client: client.clone(),
+            followed: Arc::clone(&followed),
+            verified: digests,
+            configmap: options.published_digests.clone(),
+        }),
     );
     if let Some(secret) = options.registry_credentials.clone() {
         tasks.spawn(

@@ -19,7 +19,7 @@ fn admitter() -> Admitter {
     );
     Admitter {
         rules,
-        followed: Arc::default(),
+        digests: Arc::default(),
         namespaces: Writer::<Namespace>::default().as_reader(),
         excluded: Excluded::new(Some("imagemap-system"), &[]),
         acts_in: Vec::new(),

@@ -111,6 +111,9 @@ pub struct FollowedTags {
     inner: Mutex<Inner>,
     /// Woken when a reference is due at once: followed for the first time, or pushed.
     pub wake: Notify,
+    /// Woken when the verified digests changed: one moved or was learned, or a tag that had
+    /// one is no longer followed.
+    pub digests_changed: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -138,6 +141,7 @@ impl FollowedTags {
         let mut inner = self.lock();
         // Every reconcile comes here; most VMs follow nothing, and the others the same
         // references as last time.
+        let mut dropped = false;
         let unchanged = match inner.by_vm.get(vm) {
             None => references.is_empty(),
             Some(before) => *before == references,
@@ -150,7 +154,7 @@ impl FollowedTags {
             };
             for gone in before.unwrap_or_default() {
                 if !references.contains(&gone) {
-                    inner.release(vm, &gone);
+                    dropped |= inner.release(vm, &gone);
                 }
             }
         }
@@ -188,14 +192,22 @@ impl FollowedTags {
         if fresh {
             self.wake.notify_one();
         }
+        if dropped {
+            self.digests_changed.notify_one();
+        }
         lookups
     }
 
     /// Forgets `vm` (deleted): the tags it followed that no other VM follows go.
     pub fn forget(&self, vm: &NamespacedName) {
         let mut inner = self.lock();
+        let mut dropped = false;
         for r in inner.by_vm.remove(vm).unwrap_or_default() {
-            inner.release(vm, &r);
+            dropped |= inner.release(vm, &r);
+        }
+        drop(inner);
+        if dropped {
+            self.digests_changed.notify_one();
         }
     }
 
@@ -255,6 +267,7 @@ impl FollowedTags {
             state.next_check = now;
         }
         let after = (state.digest.clone(), state.error.clone());
+        let digest_moved = before.0 != after.0;
         let users = if before == after {
             Vec::new()
         } else {
@@ -271,7 +284,19 @@ impl FollowedTags {
         if wake {
             self.wake.notify_one();
         }
+        if digest_moved {
+            self.digests_changed.notify_one();
+        }
         users
+    }
+
+    /// Every followed reference's verified digest.
+    pub fn verified(&self) -> std::collections::BTreeMap<Followed, String> {
+        self.lock()
+            .tags
+            .iter()
+            .filter_map(|(k, s)| s.digest.clone().map(|d| (k.clone(), d)))
+            .collect()
     }
 
     /// Whether `reference` is followed (by any VM).
@@ -365,13 +390,19 @@ fn later(now: Instant, wait: Duration) -> Instant {
 }
 
 impl Inner {
-    fn release(&mut self, vm: &NamespacedName, reference: &Followed) {
+    /// `vm` no longer follows `reference`; whether a tag with a digest is no longer
+    /// followed at all.
+    fn release(&mut self, vm: &NamespacedName, reference: &Followed) -> bool {
         if let Some(state) = self.tags.get_mut(reference) {
             state.users.remove(vm);
             if state.users.is_empty() {
-                self.tags.remove(reference);
+                return self
+                    .tags
+                    .remove(reference)
+                    .is_some_and(|s| s.digest.is_some());
             }
         }
+        false
     }
 }
 

@@ -4,6 +4,7 @@
 //! that makes a pushed tag due at once. Wakes VMs through the VM queue.
 
 pub mod credentials_watcher;
+pub mod digest_publisher;
 pub mod push_endpoint;
 pub mod tag_follower;
 pub mod token_file;
