@@ -13,7 +13,6 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use support::vms::env;
 use support::webhooks::{WebhookOperator, pod};
-use support::*;
 
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
@@ -25,26 +24,7 @@ async fn a_kube_system_pod_is_never_sent() {
     )
     .await;
     // Every namespace: no --namespace.
-    let port = free_port();
-    let configuration = format!("imagemap-{}", e.ns);
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let process = OperatorProcess::start(&[
-        "--webhook-addr",
-        &addr,
-        "--webhook-url",
-        &url,
-        "--webhook-configuration",
-        &configuration,
-    ])
-    .await;
-    let op = WebhookOperator {
-        process,
-        port,
-        configuration,
-    };
+    let op = WebhookOperator::launch(&e.ns, &[]).await;
     op.wait_sent(&e.ns, "busybox").await;
     let sent = |op: &WebhookOperator| op.process.metric("imagemap_admissions_total");
     let before = sent(&op);

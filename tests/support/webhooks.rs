@@ -34,15 +34,22 @@ impl WebhookOperator {
     /// pod created as a dry run in `namespace` comes back with `probe` rewritten by the
     /// rules already in force (so the caller creates a rule for `probe` first).
     pub async fn start(namespace: &str, probe: &str, extra: &[&str]) -> WebhookOperator {
+        let mut args = vec!["--namespace", namespace];
+        args.extend_from_slice(extra);
+        let started = Self::launch(namespace, &args).await;
+        started.wait_sent(namespace, probe).await;
+        started
+    }
+
+    /// Starts it with `args`, its configuration named after `name`; it is not waited for.
+    pub async fn launch(name: &str, args: &[&str]) -> WebhookOperator {
         let port = free_port();
-        let configuration = format!("imagemap-{namespace}");
+        let configuration = format!("imagemap-{name}");
         let (addr, url) = (
             format!("127.0.0.1:{port}"),
             format!("https://127.0.0.1:{port}"),
         );
-        let mut args = vec![
-            "--namespace",
-            namespace,
+        let mut all = vec![
             "--webhook-addr",
             &addr,
             "--webhook-url",
@@ -50,15 +57,12 @@ impl WebhookOperator {
             "--webhook-configuration",
             &configuration,
         ];
-        args.extend_from_slice(extra);
-        let process = OperatorProcess::start(&args).await;
-        let started = WebhookOperator {
-            process,
+        all.extend_from_slice(args);
+        WebhookOperator {
+            process: OperatorProcess::start(&all).await,
             port,
             configuration,
-        };
-        started.wait_sent(namespace, probe).await;
-        started
+        }
     }
 
     /// Waits until a pod created (as a dry run) in `namespace` with `image` comes back with
