@@ -121,6 +121,7 @@ pub struct InjectingWebhook {
 
 impl InjectingWebhook {
     pub async fn start(namespace: &str, container: Value) -> InjectingWebhook {
+        let name = container["name"].as_str().unwrap().to_string();
         let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
         let (cert_pem, key_pem) = (made.cert.pem(), made.signing_key.serialize_pem());
         let certs: Vec<CertificateDer<'static>> =
@@ -183,10 +184,39 @@ impl InjectingWebhook {
         }))
         .unwrap();
         api.create(&PostParams::default(), &object).await.unwrap();
-        InjectingWebhook {
+        let injecting = InjectingWebhook {
             configuration,
             task,
+        };
+        // The API server calls it once its configuration is in force: a pod created as a
+        // dry run comes back with the container.
+        let pods: Api<Pod> = Api::namespaced(super::client().await, namespace);
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let created = pods
+                .create(&dry_run, &pod("probe", "busybox"))
+                .await
+                .unwrap();
+            if created
+                .spec
+                .unwrap()
+                .containers
+                .iter()
+                .any(|c| c.name == name)
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the injecting webhook is never called"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+        injecting
     }
 }
 
