@@ -28,21 +28,7 @@ async fn a_neonvm_vm_runs_under_the_real_controller_with_its_runner_pod() {
     let ns = fresh_namespace(&client, "neonvm").await;
     let vms: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm_resource());
     // No runnerImage: the controller's own VM_RUNNER_IMAGE runs it.
-    let vm: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "vm.neon.tech/v1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": "compute"},
-        "spec": {
-            "guest": {
-                "cpus": {"min": 1, "max": 1, "use": 1},
-                "memorySlotSize": "1Gi",
-                "memorySlots": {"min": 1, "max": 1, "use": 1},
-                "rootDisk": {"image": ROOT_DISK, "size": "1Gi"},
-                "kernelImage": KERNEL
-            }
-        }
-    }))
-    .unwrap();
+    let vm = neonvm_vm("compute");
     let created = vms.create(&PostParams::default(), &vm).await.unwrap();
 
     let running = wait_for(vms.clone(), "compute", |vm: Option<&DynamicObject>| {
@@ -91,6 +77,93 @@ async fn a_neonvm_vm_runs_under_the_real_controller_with_its_runner_pod() {
         ("VirtualMachine", created.metadata.uid),
         "the runner pod belongs to the VM\ncontroller log:\n{}",
         neonvm.logs()
+    );
+}
+
+/// A NeonVM VM of `name` with [`ROOT_DISK`] and [`KERNEL`], and no runner image.
+fn neonvm_vm(name: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "vm.neon.tech/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "guest": {
+                "cpus": {"min": 1, "max": 1, "use": 1},
+                "memorySlotSize": "1Gi",
+                "memorySlots": {"min": 1, "max": 1, "use": 1},
+                "rootDisk": {"image": ROOT_DISK, "size": "1Gi"},
+                "kernelImage": KERNEL
+            }
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_neonvm_runner_pod_runs_the_images_the_rules_map() {
+    let neonvm = NeonVm::start().await;
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = fresh_namespace(&client, "neonvm-mapped").await;
+    let mappings: Api<imagemap::api::ImageMapping> = Api::namespaced(client.clone(), &ns);
+    mappings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "imagemap.dev/v1alpha1",
+                "kind": "ImageMapping",
+                "metadata": {"name": "tilt"},
+                "spec": {"rules": [
+                    {"match": {"repository": "registry.test/neondatabase/vm-compute-node-v17"},
+                     "to": "k3d-registry:5000/vm-compute-node-v17:tilt-1"},
+                    {"match": {"repository": "registry.test/neondatabase/neonvm-runner"},
+                     "to": "k3d-registry:5000/neonvm-runner:tilt-1"},
+                ]},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let _webhook = support::webhooks::WebhookOperator::start(&ns, ROOT_DISK, &[]).await;
+    let vms: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &vm_resource());
+    vms.create(&PostParams::default(), &neonvm_vm("compute"))
+        .await
+        .unwrap();
+    let running = wait_for(vms.clone(), "compute", |vm: Option<&DynamicObject>| {
+        vm.is_some_and(|vm| vm.data["status"]["phase"] == "Running")
+    })
+    .await;
+    let pod_name = running.data["status"]["podName"].as_str().unwrap();
+    let spec = Api::<Pod>::namespaced(client, &ns)
+        .get(pod_name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    let image = |containers: &[k8s_openapi::api::core::v1::Container], name: &str| {
+        containers
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default()
+    };
+    let init = spec.init_containers.unwrap_or_default();
+    assert_eq!(
+        image(&init, "init"),
+        "k3d-registry:5000/vm-compute-node-v17:tilt-1",
+        "the root disk\ncontroller log:\n{}",
+        neonvm.logs()
+    );
+    assert_eq!(
+        image(&init, "init-kernel"),
+        KERNEL,
+        "no rule for the kernel"
+    );
+    assert_eq!(
+        image(&spec.containers, "neonvm-runner"),
+        "k3d-registry:5000/neonvm-runner:tilt-1",
+        "the controller's default runner image"
     );
 }
 
