@@ -13,7 +13,7 @@
 //! - A followed tag is pinned to the digest the replica holds (`name:tag@digest`); one not
 //!   yet known is admitted as the rule writes it, and counted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
@@ -84,6 +84,12 @@ impl Decision {
     }
 }
 
+/// Most containers of a pod admission maps (a pod with more is left as it is).
+pub const MAX_SLOTS: usize = 512;
+/// Most warnings an answer carries, besides a count of the rest (the API server keeps at
+/// most 4 KiB of them).
+pub const MAX_WARNINGS: usize = 8;
+
 /// The digest a followed tag points to as the replica last verified it: the reference, the
 /// rule that follows it, and the namespace asking.
 pub type DigestOf<'a> = dyn Fn(&str, Option<&RuleRef>, &str) -> Option<String> + 'a;
@@ -111,6 +117,12 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
         Change::EphemeralContainers { .. } => &[SlotKind::Ephemeral],
     };
     let mut slots = pod_slots(spec, kinds);
+    if slots.len() > MAX_SLOTS {
+        return Decision::unchanged(vec![format!(
+            "imagemap: the pod has {} containers, over the {MAX_SLOTS} admission maps: it is not mapped",
+            slots.len()
+        )]);
+    }
     let duplicates = duplicate_keys(&slots);
     if !duplicates.is_empty() {
         return Decision::unchanged(vec![format!(
@@ -119,8 +131,11 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
         )]);
     }
     if let Change::EphemeralContainers { old } = request.change {
-        let before = pod_slots(old.get("spec").unwrap_or(&Value::Null), kinds);
-        slots.retain(|s| !before.iter().any(|b| b.key == s.key));
+        let before: HashSet<String> = pod_slots(old.get("spec").unwrap_or(&Value::Null), kinds)
+            .into_iter()
+            .map(|s| s.key)
+            .collect();
+        slots.retain(|s| !before.contains(&s.key));
     }
     let who = Requester {
         namespace: request.namespace,
@@ -139,18 +154,20 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
     let rewritten = mapped.iter().filter(|m| m.image != m.requested).count();
     if let Change::EphemeralContainers { .. } = request.change {
         for m in mapped.iter().filter(|m| m.image != m.requested) {
-            warnings.push(format!(
-                "imagemap: ephemeral container {} runs {} instead of {} ({})",
-                m.slot.key,
-                m.image,
-                m.requested,
-                rule_of(m)
-            ));
+            warnings.add(|| {
+                format!(
+                    "imagemap: ephemeral container {} runs {} instead of {} ({})",
+                    m.slot.key,
+                    m.image,
+                    m.requested,
+                    rule_of(m)
+                )
+            });
         }
         return Decision {
             outcome: outcome(rewritten),
             patch: Patch(ops),
-            warnings,
+            warnings: warnings.into_vec(),
             unpinned,
             dry_run,
         };
@@ -162,20 +179,12 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
             .insert(m.slot.key.clone(), m.requested.clone());
         records.rules.insert(m.slot.key.clone(), rule_of(m));
     }
-    // Containers not mapped again keep what they recorded (a reinvocation that finds the
-    // rules changed restores nothing it cannot map).
-    for m in mapped.iter().filter(|m| m.resolution.outcome.is_err()) {
-        if let Some(original) = recorded.get(&m.slot.key) {
-            records
-                .originals
-                .insert(m.slot.key.clone(), original.clone());
-        }
-    }
     let values = match records.annotations(&annotations) {
         Ok(values) => values,
         Err(e) => {
-            warnings.push(format!("imagemap: the pod is not mapped: {e}"));
-            return Decision::unchanged(warnings);
+            let mut said = warnings.into_vec();
+            said.push(format!("imagemap: the pod is not mapped: {e}"));
+            return Decision::unchanged(said);
         }
     };
     let label = if records.originals.is_empty() {
@@ -187,7 +196,7 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
     Decision {
         outcome: outcome(rewritten),
         patch: Patch(ops),
-        warnings,
+        warnings: warnings.into_vec(),
         unpinned,
         dry_run,
     }
@@ -196,7 +205,7 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
 /// The containers of a pod as admission resolved them, and what it has to say.
 struct Resolved {
     mapped: Vec<Mapped>,
-    warnings: Vec<String>,
+    warnings: Warnings,
     unpinned: usize,
     dry_run: usize,
 }
@@ -211,25 +220,65 @@ fn resolve_all(
 ) -> Resolved {
     let mut out = Resolved {
         mapped: Vec::new(),
-        warnings: Vec::new(),
+        warnings: Warnings::default(),
         unpinned: 0,
         dry_run: 0,
     };
+    let dry_runs = rules.has_dry_run();
     for slot in slots {
-        let requested = recorded.get(&slot.key).unwrap_or(&slot.image).clone();
-        let m = map_container(rules, who, slot, requested, digest_of);
+        // A recorded original stands only while the container runs what the rules make of
+        // it (the API server called again with imagemap's own output); an image set since
+        // — by the user, or another webhook — is what is asked for.
+        let again = recorded
+            .get(&slot.key)
+            .map(|original| map_container(rules, who, slot.clone(), original.clone(), digest_of))
+            .filter(|again| again.resolution.outcome.is_ok() && again.image == slot.image);
+        let m = again.unwrap_or_else(|| {
+            let image = slot.image.clone();
+            map_container(rules, who, slot, image, digest_of)
+        });
         if let Err(e) = &m.resolution.outcome {
-            out.warnings.push(format!(
-                "imagemap: container {} ({}) is not mapped: {e}",
-                m.slot.key, m.requested
-            ));
+            out.warnings.add(|| {
+                format!(
+                    "imagemap: container {} ({}) is not mapped: {e}",
+                    m.slot.key, m.requested
+                )
+            });
         }
         out.unpinned += usize::from(m.resolution.follow_tag && !m.pinned);
-        let preview = resolve_slot(rules, image_slot(&m.slot, &m.requested), who, Mode::Preview);
-        out.dry_run += usize::from(preview.outcome.ok() != m.resolution.outcome.clone().ok());
+        if dry_runs {
+            let preview =
+                resolve_slot(rules, image_slot(&m.slot, &m.requested), who, Mode::Preview);
+            out.dry_run += usize::from(preview.outcome.ok() != m.resolution.outcome.clone().ok());
+        }
         out.mapped.push(m);
     }
     out
+}
+
+/// Warnings, at most [`MAX_WARNINGS`] and a count of the rest (none is even built).
+#[derive(Debug, Default)]
+struct Warnings {
+    said: Vec<String>,
+    more: usize,
+}
+
+impl Warnings {
+    fn add(&mut self, text: impl FnOnce() -> String) {
+        if self.said.len() < MAX_WARNINGS {
+            self.said.push(text());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn into_vec(mut self) -> Vec<String> {
+        if self.more > 0 {
+            self.said
+                .push(format!("imagemap: and {} more warnings", self.more));
+        }
+        self.said
+    }
 }
 
 /// The patch operations that set the images of the containers whose image changes.

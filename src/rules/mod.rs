@@ -284,6 +284,12 @@ impl RuleSet {
         });
     }
 
+    /// Whether a dry-run mapping holds rules.
+    #[must_use]
+    pub fn has_dry_run(&self) -> bool {
+        self.mappings.iter().any(|m| m.dry_run)
+    }
+
     /// Problems found while compiling: invalid rules, disallowed targets, and rules that
     /// conflict for every VM they could apply to.
     #[must_use]

@@ -347,3 +347,67 @@ fn records_that_would_not_fit_leave_the_pod_unchanged_with_a_warning() {
         d.warnings
     );
 }
+
+#[test]
+fn a_record_stands_only_while_the_container_runs_what_the_rules_make_of_it() {
+    let set = rules(&[
+        repository_mapping("n", "nginx", "mirror.io/nginx", false),
+        cluster_mapping("admin", "busybox", "mirror.io/busybox"),
+    ]);
+    // A copy of a mapped pod whose image the user set since (`kubectl debug --copy-to
+    // --set-image`): the image set is what is asked for.
+    let copied = json!({
+        "metadata": {"annotations": {ORIGINAL_IMAGES: r#"{"app":"nginx:1.27"}"#}},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]},
+    });
+    let after = patched(&copied, &decide_create(&set, &copied));
+    assert_eq!(
+        after["spec"]["containers"][0]["image"],
+        "mirror.io/busybox:1.36"
+    );
+    assert_eq!(
+        after["metadata"]["annotations"][ORIGINAL_IMAGES],
+        r#"{"app":"busybox:1.36"}"#
+    );
+    // A record that maps to nothing escapes no rule.
+    let forged = json!({
+        "metadata": {"annotations": {ORIGINAL_IMAGES: r#"{"app":"::not a reference"}"#}},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    });
+    let d = decide_create(&set, &forged);
+    assert_eq!(
+        patched(&forged, &d)["spec"]["containers"][0]["image"],
+        "mirror.io/busybox"
+    );
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+}
+
+#[test]
+fn warnings_and_containers_are_bounded() {
+    let set = RuleSet::compile(
+        &[regex_mapping(
+            "out",
+            r"^docker\.io/library/(.*)$",
+            "elsewhere.io/$1",
+        )],
+        &CompileOptions {
+            allowed_registries: crate::allowed_registries::AllowedRegistries::only(vec![
+                "mirror.io".into(),
+            ]),
+            ..CompileOptions::default()
+        },
+    );
+    let containers: Vec<Value> = (0..20)
+        .map(|i| json!({"name": format!("c{i}"), "image": "busybox"}))
+        .collect();
+    let d = decide_create(&set, &pod(&json!({"containers": containers})));
+    assert_eq!(d.warnings.len(), MAX_WARNINGS + 1);
+    assert_eq!(d.warnings[MAX_WARNINGS], "imagemap: and 12 more warnings");
+
+    let many: Vec<Value> = (0..=MAX_SLOTS)
+        .map(|i| json!({"name": format!("c{i}"), "image": "busybox"}))
+        .collect();
+    let d = decide_create(&set, &pod(&json!({"containers": many})));
+    assert!(d.patch.0.is_empty());
+    assert!(d.warnings[0].contains("over the 512"), "{:?}", d.warnings);
+}

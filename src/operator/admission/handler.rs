@@ -11,6 +11,8 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
+#[cfg(doc)]
+use crate::admission::pod_mutation::MAX_WARNINGS;
 use crate::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
 use crate::admission::scope::{self, Excluded, RequestKind, Skip};
 use crate::excerpt::excerpt;
@@ -18,9 +20,6 @@ use crate::operator::read::digests::followed_tags::Followed;
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::vm_images;
-
-/// Most warnings an answer carries (the API server keeps at most 4 KiB of them).
-const MAX_WARNINGS: usize = 8;
 
 /// What admission answers from.
 #[derive(Clone)]
@@ -82,7 +81,7 @@ impl Admitter {
         if let Some(d) = decision {
             (unpinned, dry_run) = (d.unpinned, d.dry_run);
             if !d.warnings.is_empty() {
-                response.warnings = Some(bounded(d.warnings));
+                response.warnings = Some(bounded(&d.warnings));
             }
             if !d.patch.0.is_empty() {
                 let fallback = AdmissionResponse::from(&request);
@@ -158,18 +157,10 @@ fn pod_value(object: &DynamicObject) -> Value {
     })
 }
 
-/// At most [`MAX_WARNINGS`] warnings, each short and printable.
-fn bounded(warnings: Vec<String>) -> Vec<String> {
-    let more = warnings.len().saturating_sub(MAX_WARNINGS);
-    let mut out: Vec<String> = warnings
-        .into_iter()
-        .take(MAX_WARNINGS)
-        .map(|w| excerpt(&w))
-        .collect();
-    if more > 0 {
-        out.push(format!("imagemap: and {more} more warnings"));
-    }
-    out
+/// The warnings (at most [`MAX_WARNINGS`] and a count of the rest), each short and
+/// printable.
+fn bounded(warnings: &[String]) -> Vec<String> {
+    warnings.iter().map(|w| excerpt(w)).collect()
 }
 
 #[cfg(test)]

@@ -114,14 +114,3 @@ fn what_is_not_an_admission_review_is_refused() {
         assert!(a.answer(body).is_err(), "{}", String::from_utf8_lossy(body));
     }
 }
-
-#[test]
-fn warnings_are_bounded() {
-    let many: Vec<String> = (0..20)
-        .map(|i| format!("w{i} {}", "x".repeat(1000)))
-        .collect();
-    let out = bounded(many);
-    assert_eq!(out.len(), MAX_WARNINGS + 1);
-    assert!(out.iter().all(|w| w.len() <= 300));
-    assert!(out[MAX_WARNINGS].contains("12 more"));
-}
