@@ -102,12 +102,15 @@ pub async fn run_with(
     observers: Observers,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let mut tasks = Tasks::default();
-    let (read, told) = read::start(&client, &options, &observers.health, &mut tasks)?;
+    let mut read_tasks = Tasks::default();
+    let (read, told) = read::start(&client, &options, &observers.health, &mut read_tasks)?;
     let webhook = start_webhook(&client, &options, &read, &observers).await?;
-    let shutdown = draining(shutdown, Arc::clone(&observers.health));
+    let shutdown = draining(shutdown, &observers.health, webhook.as_ref());
     let side = write_side(client, options, &observers);
-    let result = write::run(side, read, told, tasks, shutdown).await;
+    let result = tokio::select! {
+        result = write::run(side, read, told, shutdown) => result,
+        e = read_tasks.first_ended() => Err(e),
+    };
     stop_webhook(webhook).await;
     result
 }
@@ -122,24 +125,46 @@ pub async fn run_elected(
     election: LeaderElection,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let mut tasks = Tasks::default();
-    let (read, told) = read::start(&clients.replica, &options, &observers.health, &mut tasks)?;
+    let mut read_tasks = Tasks::default();
+    let (read, told) = read::start(
+        &clients.replica,
+        &options,
+        &observers.health,
+        &mut read_tasks,
+    )?;
     let webhook = start_webhook(&clients.replica, &options, &read, &observers).await?;
     let health = Arc::clone(&observers.health);
-    let shutdown = draining(shutdown, Arc::clone(&health));
-    let result = leader::run_elected(clients, health, election, shutdown, |client, stop| {
+    let shutdown = draining(shutdown, &health, webhook.as_ref());
+    let leading = leader::run_elected(clients, health, election, shutdown, |client, stop| {
         let side = write_side(client, options, &observers);
-        write::run(side, read, told, tasks, stop)
-    })
-    .await;
+        write::run(side, read, told, stop)
+    });
+    // The read side's tasks fail the replica whether or not it leads.
+    let result = tokio::select! {
+        result = leading => result,
+        e = read_tasks.first_ended() => Err(e),
+    };
     stop_webhook(webhook).await;
     result
 }
 
-/// `shutdown`, after which the replica is no longer ready.
-async fn draining(shutdown: impl Future<Output = ()> + Send + Sync + 'static, health: Arc<Health>) {
-    shutdown.await;
-    health.drain();
+/// `shutdown`, after which the replica is no longer ready and its webhook drains.
+fn draining(
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    health: &Arc<Health>,
+    webhook: Option<&admission::Serving>,
+) -> impl Future<Output = ()> + Send + Sync + 'static {
+    let (health, activity) = (
+        Arc::clone(health),
+        webhook.map(admission::Serving::activity),
+    );
+    async move {
+        shutdown.await;
+        health.drain();
+        if let Some(activity) = activity {
+            activity.drain();
+        }
+    }
 }
 
 fn write_side(client: Client, options: Options, observers: &Observers) -> WriteSide {

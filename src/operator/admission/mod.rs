@@ -43,7 +43,6 @@ impl Serving {
     /// unready, or its configuration gone), at most for the drain period.
     pub async fn stop(self) {
         self.activity.drain();
-        let deadline = tokio::time::Instant::now() + self.drain;
         let registered = self
             .registered
             .lock()
@@ -59,12 +58,20 @@ impl Serving {
                 }
             }
         }
-        while self.activity.idle() < QUIET && tokio::time::Instant::now() < deadline {
+        while self.activity.idle() < QUIET && self.activity.draining_for() < self.drain {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         for task in self.tasks {
             task.abort();
         }
+    }
+}
+
+impl Serving {
+    /// What starts its drain, at once: each answer then closes its connection.
+    #[must_use]
+    pub fn activity(&self) -> Arc<Activity> {
+        Arc::clone(&self.activity)
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Activity {
     /// Milliseconds since `started` (0: never).
     last_request: AtomicU64,
     draining: AtomicBool,
+    /// When draining began, in milliseconds since `started`.
+    drain_started: AtomicU64,
 }
 
 impl Default for Activity {
@@ -42,28 +44,48 @@ impl Default for Activity {
             started: Instant::now(),
             last_request: AtomicU64::new(0),
             draining: AtomicBool::new(false),
+            drain_started: AtomicU64::new(0),
         }
     }
 }
 
 impl Activity {
-    fn request(&self) {
-        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_request.store(now.max(1), Ordering::Relaxed);
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 
-    /// From now on, every answer closes its connection.
+    fn request(&self) {
+        self.last_request.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// From now on, every answer closes its connection (the first call starts the drain).
     pub fn drain(&self) {
+        let _ = self.drain_started.compare_exchange(
+            0,
+            self.now(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         self.draining.store(true, Ordering::Relaxed);
     }
 
-    /// How long since the last request (since the start when there was none).
+    /// How long the drain has lasted.
+    #[must_use]
+    pub fn draining_for(&self) -> Duration {
+        let started = self.drain_started.load(Ordering::Relaxed);
+        Duration::from_millis(self.now().saturating_sub(started))
+    }
+
+    /// How long since the last request or the start of the drain, whichever came later.
     #[must_use]
     pub fn idle(&self) -> Duration {
-        let last = self.last_request.load(Ordering::Relaxed);
-        self.started
-            .elapsed()
-            .saturating_sub(Duration::from_millis(last))
+        let last = self
+            .last_request
+            .load(Ordering::Relaxed)
+            .max(self.drain_started.load(Ordering::Relaxed));
+        Duration::from_millis(self.now().saturating_sub(last))
     }
 }
 

@@ -11,7 +11,7 @@ pub mod watches;
 
 use std::sync::Arc;
 
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use futures::channel::mpsc::UnboundedReceiver;
 use futures::future::ready;
 use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
@@ -36,8 +36,9 @@ use rules::rules_watcher::{self, Change, RulesChanged, RulesWatcher};
 use watches::cache_events::{self, CacheEvent, Source};
 use watches::cached_pod::CachedPod;
 use watches::caches::Caches;
-use watches::invalid_objects::{self, Unreadable};
+use watches::invalid_objects::Unreadable;
 use watches::listed::{CachesListed, Listed};
+use watches::teller::Teller;
 use watches::unreadable_mappings::UnreadableMappings;
 
 /// What the read side keeps, for every reader.
@@ -64,9 +65,9 @@ pub struct Told {
     /// VirtualMachines deleted (or found gone by a re-list).
     pub vms_deleted: UnboundedReceiver<NamespacedName>,
     /// Objects that cannot be read.
-    pub unreadable: UnboundedReceiver<Unreadable>,
+    pub unreadable: Teller<Unreadable>,
     /// What changed in the rules.
-    pub rules_changed: UnboundedReceiver<RulesChanged>,
+    pub rules_changed: Teller<RulesChanged>,
 }
 
 /// Starts the read side: its watches, and the rules watcher among `tasks`.
@@ -104,7 +105,7 @@ pub fn start(
             digests_watcher::run(client.clone(), name.clone(), Arc::clone(&read.digests)),
         );
     }
-    let (told_rules, rules_changed) = futures::channel::mpsc::unbounded();
+    let rules_changed = Teller::default();
     tasks.spawn(
         "rules watcher",
         rules_watcher::run(
@@ -113,7 +114,7 @@ pub fn start(
                 caches: read.caches.clone(),
                 rules: Arc::clone(&read.rules),
                 registries: Arc::clone(&read.registries),
-                told: told_rules,
+                told: rules_changed.clone(),
             },
             watches.changes,
             read.rules_loaded.clone(),
@@ -139,20 +140,19 @@ struct Watches {
     /// VirtualMachine events, for the VM controller.
     vms: BoxStream<'static, Result<VirtualMachine, watcher::Error>>,
     /// Objects the operator cannot read, for the reporter.
-    unreadable: UnboundedReceiver<Unreadable>,
+    unreadable: Teller<Unreadable>,
     /// VirtualMachines deleted (or found gone by a re-list), for whoever remembers them.
     vms_deleted: UnboundedReceiver<NamespacedName>,
 }
 
-/// Sends the unreadable objects among a cache's events to the reporter.
+/// Tells the unreadable objects among a cache's events to the reporter.
 fn report_unreadable<K: Resource<DynamicType = ()>>(
-    to: &UnboundedSender<Unreadable>,
+    to: &Teller<Unreadable>,
 ) -> impl FnMut(&CacheEvent<K>) + use<K> {
     let to = to.clone();
     move |event| {
         if let CacheEvent::Invalid(object) = event {
-            // Closed only when the operator stops.
-            let _ = to.unbounded_send(Unreadable {
+            to.tell(Unreadable {
                 api_version: K::api_version(&()).into_owned(),
                 kind: K::kind(&()).into_owned(),
                 object: object.clone(),
@@ -179,7 +179,8 @@ impl Watches {
         let ns = &options.namespaces;
         let all = watcher::Config::default();
         let listed = CachesListed::default();
-        let (unreadable_tx, unreadable) = invalid_objects::channel();
+        let unreadable = Teller::default();
+        let unreadable_tx = unreadable.clone();
         let (mappings, mapping_events) = cache_events::watch::<ImageMapping, _>(
             Source::<DeserializeGuard<ImageMapping>>::namespaced(client, ns, &all),
             &listed.mappings,

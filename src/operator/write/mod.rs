@@ -62,8 +62,8 @@ impl Drop for Stopped {
     }
 }
 
-/// Runs the write side on what `read` keeps and `told` tells, with the read side's `tasks`,
-/// until the VirtualMachine controller stops (or the future is dropped). When `shutdown`
+/// Runs the write side on what `read` keeps and `told` tells, until the VirtualMachine
+/// controller stops (or the future is dropped). When `shutdown`
 /// completes, no new reconcile starts, the running ones finish, and the function returns.
 /// A background task that ends is an error.
 #[allow(clippy::too_many_lines)] // The wiring: each task built with the parts it uses.
@@ -71,9 +71,9 @@ pub async fn run(
     side: WriteSide,
     read: ReadSide,
     told: Told,
-    mut tasks: Tasks,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
+    let mut tasks = Tasks::default();
     let WriteSide {
         client,
         options,
@@ -107,7 +107,7 @@ pub async fn run(
                 recorder: recorder.clone(),
                 trigger: trigger.clone(),
             },
-            told.rules_changed,
+            told.rules_changed.listen(),
         ),
     );
     tasks.spawn(
@@ -182,7 +182,11 @@ pub async fn run(
     );
     tasks.spawn(
         "unreadable object reporter",
-        unreadable_reporter::report(told.unreadable, Arc::clone(&metrics), recorder.clone()),
+        unreadable_reporter::report(
+            told.unreadable.listen(),
+            Arc::clone(&metrics),
+            recorder.clone(),
+        ),
     );
     tasks.spawn(
         "mapping status writer",
@@ -227,6 +231,8 @@ pub async fn run(
         e = tasks.first_ended() => return Err(e),
     }
     tracing::info!("mappings, namespaces and pods listed; reconciling VirtualMachines");
+    // Every mapping's status is counted at the first pass.
+    status_due.mappings();
     health.controller_started();
     let synced = {
         let health = Arc::clone(&health);

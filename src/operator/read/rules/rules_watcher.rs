@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use futures::channel::mpsc::UnboundedSender;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
@@ -18,14 +17,13 @@ use crate::operator::read::rules::rules_in_force::{RuleChange, RulesInForce};
 use crate::operator::read::watches::cache_events::CacheEvent;
 use crate::operator::read::watches::caches::Caches;
 use crate::operator::read::watches::listed::Listed;
+use crate::operator::read::watches::teller::Teller;
 use crate::operator::read::watches::unreadable_mappings::Held;
 use crate::registry::Registries;
 
 /// What changed in the rules, as told to whoever acts on it.
 #[derive(Debug)]
 pub enum RulesChanged {
-    /// The rules were compiled for the first time: every store has listed.
-    Compiled,
     /// The rules were compiled again: what they were, and are.
     Rules(RuleChange),
     /// The cluster's local registry in force changed: its tags are asked at another name,
@@ -116,14 +114,13 @@ pub struct RulesWatcher {
     pub rules: Arc<RulesInForce>,
     /// Holds the cluster's local registry in force.
     pub registries: Arc<Registries>,
-    /// Where what changed is told (closed: nobody acts on it any more).
-    pub told: UnboundedSender<RulesChanged>,
+    /// Where what changed is told.
+    pub told: Teller<RulesChanged>,
 }
 
 impl RulesWatcher {
     fn tell(&self, changed: RulesChanged) {
-        // Closed only when the operator stops.
-        let _ = self.told.unbounded_send(changed);
+        self.told.tell(changed);
     }
 
     /// Compiles the cached mappings and puts them in force.
@@ -139,8 +136,8 @@ impl RulesWatcher {
 }
 
 /// Runs until `changes` ends. Once every mapping and namespace store has listed and the
-/// local registry was observed, compiles the rules, tells [`RulesChanged::Compiled`] and
-/// marks `loaded`; from then on each burst of changes is handled at once.
+/// local registry was observed, compiles the rules and marks `loaded`; from then on each
+/// burst of changes is handled at once.
 pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, Change>, loaded: Listed) {
     // The stores fill as `changes` is polled: poll it until all have listed.
     let listed = ctx.caches.listed.clone();
@@ -177,7 +174,6 @@ pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, Change>, loa
             (name, l)
         })
         .collect();
-    ctx.tell(RulesChanged::Compiled);
     loaded.mark();
 
     while let Some(first) = changes.next().await {

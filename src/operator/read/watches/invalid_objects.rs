@@ -1,9 +1,8 @@
 //! Objects the operator cannot read — a tenant wrote something the CRD accepts but the
 //! operator's types do not (an integer out of range in an extra init container, say). Each
-//! is skipped, never blocking its watch, and sent to whoever reports it (the write side's
+//! is skipped, never blocking its watch, and told to whoever reports it (the write side's
 //! `unreadable_reporter`).
 
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use kube::core::error_boundary::InvalidObject;
 
 /// An unreadable object and the kind it was watched as.
@@ -12,10 +11,4 @@ pub struct Unreadable {
     pub api_version: String,
     pub kind: String,
     pub object: Box<InvalidObject>,
-}
-
-/// Where the watches send unreadable objects, and the stream the reporter reads.
-#[must_use]
-pub fn channel() -> (UnboundedSender<Unreadable>, UnboundedReceiver<Unreadable>) {
-    unbounded()
 }

@@ -13,5 +13,6 @@ pub mod invalid_objects;
 pub mod listed;
 pub mod pod_index;
 pub mod projection;
+pub mod teller;
 pub mod unreadable_mappings;
 pub mod watch_backoff;

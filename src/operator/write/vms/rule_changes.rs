@@ -39,7 +39,6 @@ pub struct RuleChanges {
 pub async fn run(ctx: RuleChanges, mut told: UnboundedReceiver<RulesChanged>) {
     while let Some(changed) = told.next().await {
         match changed {
-            RulesChanged::Compiled => ctx.status_due.mappings(),
             RulesChanged::Rules(change) => rules_changed(&ctx, &change),
             RulesChanged::LocalRegistry => {
                 ctx.followed.check_all_now(Instant::now());
