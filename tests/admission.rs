@@ -349,3 +349,46 @@ async fn with_the_operator_gone_pods_are_still_created_and_a_stopped_one_leaves_
     );
     println!("with the webhook's operator killed, a pod was created in {took:?}");
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn the_operators_own_runner_pods_are_left_alone_and_a_forged_owner_is_not() {
+    let e = env("admission-own").await;
+    // a → b and b → a: a runner pod (resolved already) mapped again would undo its images.
+    e.add_mapping(
+        "swap",
+        json!([
+            {"match": {"repository": "a.io/app"}, "to": "b.io/app"},
+            {"match": {"repository": "b.io/app"}, "to": "a.io/app"},
+        ]),
+    )
+    .await;
+    let _op = WebhookOperator::start(&e.ns, "a.io/app:0", &[]).await;
+    e.add_vm("vm", false, "Always", "a.io/app:1").await;
+    support::vms::wait_single_pod(&e, "vm", "b.io/app:1").await;
+
+    // Anyone may write an owner reference to an imagemap VirtualMachine: such a pod, created
+    // by another user than the operator's, is mapped.
+    let forged = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "forged", "namespace": e.ns, "ownerReferences": [{
+            "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine", "name": "vm",
+            "uid": "00000000-0000-4000-8000-000000000000", "controller": true,
+        }]},
+        "spec": {"containers": [{"name": "app", "image": "a.io/app:1"}]},
+    });
+    let file = std::env::temp_dir().join(format!("forged-{}.json", e.ns));
+    std::fs::write(&file, forged.to_string()).unwrap();
+    kubectl_ok(&[
+        "create",
+        "-f",
+        file.to_str().unwrap(),
+        "--as=tenant",
+        "--as-group=system:masters",
+    ]);
+    let created = e.pods.get("forged").await.unwrap();
+    assert_eq!(
+        images(&created),
+        [("app".to_string(), "b.io/app:1".to_string())]
+    );
+}

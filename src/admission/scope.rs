@@ -94,9 +94,25 @@ impl Excluded {
     }
 }
 
+/// Who asks, as the request's `userInfo` says, and who the operator is: a runner pod of
+/// imagemap's own VirtualMachine is left alone only when the operator itself creates it
+/// (anyone may write such an owner reference).
+#[derive(Debug, Clone, Copy)]
+pub struct Requesters<'a> {
+    pub user: &'a str,
+    /// The operator's own user name; `None`: unknown, and no pod is taken for its own.
+    pub operator: Option<&'a str>,
+}
+
 /// Why the request for `pod` in `namespace` is left alone, if it is.
 #[must_use]
-pub fn skip(excluded: &Excluded, namespace: &str, kind: RequestKind, pod: &Value) -> Option<Skip> {
+pub fn skip(
+    excluded: &Excluded,
+    namespace: &str,
+    kind: RequestKind,
+    pod: &Value,
+    who: Requesters<'_>,
+) -> Option<Skip> {
     if excluded.contains(namespace) {
         return Some(Skip::ExcludedNamespace);
     }
@@ -115,7 +131,7 @@ pub fn skip(excluded: &Excluded, namespace: &str, kind: RequestKind, pod: &Value
         .and_then(|m| m.get("ownerReferences"))
         .and_then(Value::as_array)
         .is_some_and(|owners| owners.iter().any(is_own_vm));
-    owned_by_vm.then_some(Skip::OwnVirtualMachine)
+    (owned_by_vm && who.operator == Some(who.user)).then_some(Skip::OwnVirtualMachine)
 }
 
 /// Whether an owner reference is the controller reference of imagemap's VirtualMachine
@@ -131,6 +147,11 @@ fn is_own_vm(owner: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    const OPERATOR: Requesters<'static> = Requesters {
+        user: "system:serviceaccount:imagemap-system:imagemap",
+        operator: Some("system:serviceaccount:imagemap-system:imagemap"),
+    };
 
     #[test]
     fn requests_are_classified_by_resource_and_operation() {
@@ -168,19 +189,19 @@ mod tests {
             "infra",
         ] {
             assert_eq!(
-                skip(&excluded, ns, create, &pod),
+                skip(&excluded, ns, create, &pod, OPERATOR),
                 Some(Skip::ExcludedNamespace),
                 "{ns}"
             );
         }
-        assert_eq!(skip(&excluded, "dev", create, &pod), None);
+        assert_eq!(skip(&excluded, "dev", create, &pod, OPERATOR), None);
         assert_eq!(
-            skip(&excluded, "dev", RequestKind::Other, &pod),
+            skip(&excluded, "dev", RequestKind::Other, &pod, OPERATOR),
             Some(Skip::OtherRequest)
         );
         let mirror = json!({"metadata": {"annotations": {MIRROR_ANNOTATION: "abc"}}});
         assert_eq!(
-            skip(&excluded, "dev", create, &mirror),
+            skip(&excluded, "dev", create, &mirror, OPERATOR),
             Some(Skip::MirrorPod)
         );
         let owned = |api_version: &str| {
@@ -190,12 +211,53 @@ mod tests {
             }]}})
         };
         assert_eq!(
-            skip(&excluded, "dev", create, &owned("imagemap.dev/v1alpha1")),
+            skip(
+                &excluded,
+                "dev",
+                create,
+                &owned("imagemap.dev/v1alpha1"),
+                OPERATOR
+            ),
             Some(Skip::OwnVirtualMachine)
+        );
+        // Anyone else may write that owner reference: their pod is mapped.
+        let tenant = Requesters {
+            user: "system:serviceaccount:dev:default",
+            operator: OPERATOR.operator,
+        };
+        assert_eq!(
+            skip(
+                &excluded,
+                "dev",
+                create,
+                &owned("imagemap.dev/v1alpha1"),
+                tenant
+            ),
+            None
+        );
+        let unknown = Requesters {
+            user: "system:serviceaccount:imagemap-system:imagemap",
+            operator: None,
+        };
+        assert_eq!(
+            skip(
+                &excluded,
+                "dev",
+                create,
+                &owned("imagemap.dev/v1alpha1"),
+                unknown
+            ),
+            None
         );
         // NeonVM's runner pods are mapped.
         assert_eq!(
-            skip(&excluded, "dev", create, &owned("vm.neon.tech/v1")),
+            skip(
+                &excluded,
+                "dev",
+                create,
+                &owned("vm.neon.tech/v1"),
+                OPERATOR
+            ),
             None
         );
     }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 #[cfg(doc)]
 use crate::admission::pod_mutation::MAX_WARNINGS;
 use crate::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
-use crate::admission::scope::{self, Excluded, RequestKind, Skip};
+use crate::admission::scope::{self, Excluded, RequestKind, Requesters, Skip};
 use crate::excerpt::excerpt;
 use crate::operator::read::digests::followed_tags::Followed;
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
@@ -33,6 +33,8 @@ pub struct Admitter {
     pub excluded: Excluded,
     /// The namespaces the operator acts in (empty: all).
     pub acts_in: Vec<String>,
+    /// The operator's own user name (its pods are resolved already); `None`: unknown.
+    pub own_user: Option<String>,
 }
 
 /// A request the webhook cannot answer.
@@ -114,7 +116,11 @@ impl Admitter {
         );
         let namespace = request.namespace.clone().unwrap_or_default();
         let pod = request.object.as_ref().map_or(Value::Null, pod_value);
-        if let Some(skip) = scope::skip(&self.excluded, &namespace, kind, &pod) {
+        let who = Requesters {
+            user: &request.user_info.username.clone().unwrap_or_default(),
+            operator: self.own_user.as_deref(),
+        };
+        if let Some(skip) = scope::skip(&self.excluded, &namespace, kind, &pod, who) {
             return Err(skip);
         }
         if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {

@@ -10,6 +10,7 @@ pub mod tls;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::Client;
 use tokio::task::JoinHandle;
 
@@ -116,12 +117,14 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(&webhook.addr)
         .await
         .map_err(|e| anyhow::anyhow!("--webhook-addr {}: {e}", webhook.addr))?;
+    let own_user = own_user(client).await;
     let admitter = Admitter {
         rules: Arc::clone(&read.rules),
         digests: Arc::clone(&read.digests),
         namespaces: read.caches.namespaces.clone(),
         excluded: webhook.excluded.clone(),
         acts_in: acts_in.to_vec(),
+        own_user,
     };
     let (loaded, health) = (read.rules_loaded.clone(), Arc::clone(health));
     let acceptor = certificates.acceptor()?;
@@ -157,4 +160,27 @@ pub async fn start(
         activity,
         drain: webhook.drain,
     })
+}
+
+/// The user name the API server knows the operator by (a SelfSubjectReview, once at
+/// start): the runner pods it creates for imagemap's VirtualMachines are resolved already.
+/// Unknown, every pod is mapped, its own included.
+async fn own_user(client: &Client) -> Option<String> {
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
+    match api
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+    {
+        Ok(review) => review
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username),
+        Err(e) => {
+            tracing::warn!(error = %crate::excerpt::excerpt(&e.to_string()), "cannot learn the operator's user name: the runner pods it creates are mapped again at admission");
+            None
+        }
+    }
 }

@@ -23,6 +23,7 @@ fn admitter() -> Admitter {
         namespaces: Writer::<Namespace>::default().as_reader(),
         excluded: Excluded::new(Some("imagemap-system"), &[]),
         acts_in: Vec::new(),
+        own_user: None,
     }
 }
 
