@@ -8,12 +8,14 @@
 //!   what a rule change asks of them), the mappings' statuses, following tags at their
 //!   registries, and the writes and Events they make.
 //!
-//! Beside them: [`observe`] (probes, metrics and progress, which every room reports to),
-//! [`leader`] (leader election and the fence on the leader's writes), [`options`] (the
-//! flags), [`tasks`] (the background tasks), and two small helpers, [`http_endpoint`] and
-//! [`jitter`]. This file wires the sides together; no room imports it. Every write is a
-//! server-side apply with one field manager, a pod create/delete/label patch, an Event or
-//! the Lease.
+//! Beside them: [`admission`] (the webhook every replica serves from the read side),
+//! [`observe`] (probes, metrics and progress, which every room reports to), [`leader`]
+//! (leader election and the fence on the leader's writes), [`options`] (the flags),
+//! [`tasks`] (the background tasks), and two small helpers, [`http_endpoint`] and
+//! [`jitter`]. This file wires the sides together; no room imports it. Every write of the
+//! leader is a server-side apply with one field manager (statuses, the published digests),
+//! a pod create/delete/label patch, an Event or the Lease; with `--webhook-url`, a replica
+//! also applies and deletes its own webhook configuration.
 
 mod admission;
 mod http_endpoint;
