@@ -3,10 +3,11 @@
 //! alone (the winner and its ties); `*_resolve` adds the rewrite, whose cost (building and
 //! re-parsing the new reference) is the same for both.
 //!
-//! Rule mix: 40% exact, 30% repository, 25% prefix (a fifth of them `*.` wildcards), 5% regex,
-//! spread over mappings of at most 200 rules, one in eleven cluster-scoped. Queries: half hit an exact or
-//! repository rule, a quarter hit a prefix, a quarter match no rule (the worst case for the
-//! index: every table is probed and the regex set runs).
+//! Rule mix (benches/support/rule_mix.rs): 40% exact, 30% repository, 25% prefix (a fifth of
+//! them `*.` wildcards), 5% regex, spread over mappings of at most 200 rules, one in eleven
+//! cluster-scoped. Queries: half hit an exact or repository rule, a quarter hit a prefix, a
+//! quarter match no rule (the worst case for the index: every table is probed and the regex
+//! set runs).
 
 #![allow(clippy::unwrap_used)] // benchmark code
 
@@ -14,65 +15,17 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use imagemap::api::{MappingRule, RuleMatch};
 use imagemap::reference::Reference;
-use imagemap::rules::{CompileOptions, MappingInput, Mode, Requester, RuleSet, Scope};
+use imagemap::rules::{CompileOptions, Mode, Requester, RuleSet};
 
-fn rule(i: usize) -> MappingRule {
-    let mut m = RuleMatch::default();
-    let to;
-    match i % 20 {
-        0..=7 => {
-            m.exact = Some(format!("team{}/app{i}:v{i}", i % 50));
-            to = format!("mirror.io/exact/app{i}:v{i}");
-        }
-        8..=13 => {
-            m.repository = Some(format!("team{}/svc{i}", i % 50));
-            to = format!("mirror.io/repo/svc{i}");
-        }
-        14..=17 => {
-            m.prefix = Some(format!("registry{i}.example.org/group{i}"));
-            to = format!("mirror.io/prefix{i}");
-        }
-        18 => {
-            m.prefix = Some(format!("*.zone{i}.example.net"));
-            to = "mirror.io".to_string();
-        }
-        _ => {
-            m.regex = Some(format!(r"regex{i}\.example\.com/(.*)"));
-            to = format!("mirror.io/regex{i}/$1");
-        }
-    }
-    MappingRule {
-        match_: m,
-        to: Some(to),
-        ..Default::default()
-    }
-}
+#[path = "support/rule_mix.rs"]
+mod rule_mix;
 
 fn rule_set(n: usize) -> RuleSet {
-    // At most 200 rules per mapping; one mapping in eleven is cluster-scoped.
-    let mappings = (n / 200 + 1).max(11);
-    let mut inputs: Vec<MappingInput> = (0..mappings)
-        .map(|m| MappingInput {
-            scope: if m % 11 == 10 {
-                Scope::Cluster
-            } else {
-                Scope::Namespaced
-            },
-            namespace: (m % 11 != 10).then(|| "bench".to_string()),
-            name: format!("mapping-{m}"),
-            priority: 0,
-            selector: None,
-            namespace_selector: None,
-            dry_run: false,
-            rules: Vec::new(),
-        })
-        .collect();
-    for i in 0..n {
-        inputs[i % mappings].rules.push(rule(i));
-    }
-    let set = RuleSet::compile(&inputs, &CompileOptions::default());
+    let set = RuleSet::compile(
+        &rule_mix::mappings(n, "bench", None),
+        &CompileOptions::default(),
+    );
     assert!(set.problems().is_empty(), "{:?}", &set.problems()[..1]);
     set
 }

@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use kube::Client;
 
+pub use admission::handler::{Admitter, Answered, NotAReview};
 pub use leader::{
     ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, unique_identity,
 };

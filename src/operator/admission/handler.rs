@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 #[cfg(doc)]
@@ -19,6 +20,7 @@ use crate::excerpt::excerpt;
 use crate::operator::read::digests::followed_tags::Followed;
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
+use crate::rules::{CompileOptions, MappingInput};
 use crate::vm_images;
 
 /// What admission answers from.
@@ -54,6 +56,33 @@ pub struct Answered {
 }
 
 impl Admitter {
+    /// An admitter answering from `mappings` compiled with `options` and from the labels of
+    /// `namespaces`, holding no digest of a followed tag: what the webhook answers from once
+    /// the read side has loaded the same objects, without its watches (the handler's
+    /// benchmark, benches/admission.rs, builds it so).
+    pub fn from_mappings(
+        mappings: &[MappingInput],
+        options: &CompileOptions,
+        namespaces: impl IntoIterator<Item = Namespace>,
+        excluded: Excluded,
+        acts_in: Vec<String>,
+    ) -> Admitter {
+        let rules = Arc::new(RulesInForce::default());
+        rules.recompile(mappings, options);
+        let mut writer = kube::runtime::reflector::store::Writer::<Namespace>::default();
+        for namespace in namespaces {
+            writer.apply_watcher_event(&watcher::Event::Apply(namespace));
+        }
+        Admitter {
+            rules,
+            digests: Arc::default(),
+            namespaces: writer.as_reader(),
+            excluded,
+            acts_in,
+            own_user: None,
+        }
+    }
+
     /// The answer to `body`, an AdmissionReview of a pod.
     pub fn answer(&self, body: &[u8]) -> Result<Answered, NotAReview> {
         let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| {

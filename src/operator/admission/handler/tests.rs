@@ -115,3 +115,30 @@ fn what_is_not_an_admission_review_is_refused() {
         assert!(a.answer(body).is_err(), "{}", String::from_utf8_lossy(body));
     }
 }
+#[test]
+fn an_admitter_from_mappings_answers_from_their_rules_and_the_namespaces_labels() {
+    let mut admin = repository_mapping("admin", "busybox", "mirror.io/busybox", false);
+    admin.scope = crate::rules::Scope::Cluster;
+    admin.namespace = None;
+    admin.namespace_selector =
+        Some(serde_json::from_value(json!({"matchLabels": {"team": "a"}})).unwrap());
+    let namespace = |name: &str, team: &str| -> Namespace {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"team": team}}}))
+            .unwrap()
+    };
+    let a = Admitter::from_mappings(
+        &[admin],
+        &CompileOptions::default(),
+        [namespace("dev", "a"), namespace("prod", "b")],
+        Excluded::new(None, &[]),
+        Vec::new(),
+    );
+    assert_eq!(
+        a.answer(&review("dev", "CREATE", None)).unwrap().result,
+        "mutated"
+    );
+    assert_eq!(
+        a.answer(&review("prod", "CREATE", None)).unwrap().result,
+        "unchanged"
+    );
+}
