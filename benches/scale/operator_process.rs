@@ -52,6 +52,12 @@ fn http_get(port: u16, path: &str) -> Option<String> {
 impl OperatorProcess {
     /// Starts `imagemap run` acting in `namespace`, and waits until it is ready.
     pub fn start(namespace: &str) -> anyhow::Result<OperatorProcess> {
+        Self::start_with(namespace, &[])
+    }
+
+    /// Starts `imagemap run` acting in `namespace` with `extra` arguments, and waits until it
+    /// is ready.
+    pub fn start_with(namespace: &str, extra: &[&str]) -> anyhow::Result<OperatorProcess> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new(env!("CARGO_BIN_EXE_imagemap"))
             .args([
@@ -61,6 +67,7 @@ impl OperatorProcess {
                 "--max-recreates-per-minute=0",
                 &format!("--health-addr=127.0.0.1:{port}"),
             ])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .spawn()?;
         let mut op = OperatorProcess {
@@ -135,6 +142,20 @@ impl OperatorProcess {
                 .or_default() += n as u64;
         }
         Ok(out)
+    }
+
+    /// The `/metrics` series that start with `prefix`: each one's name and labels, and value.
+    #[allow(dead_code)] // read by benches/admission_pods.rs
+    pub fn series(&self, prefix: &str) -> Vec<(String, f64)> {
+        http_get(self.port, "/metrics").map_or_else(Vec::new, |text| {
+            text.lines()
+                .filter(|l| l.starts_with(prefix))
+                .filter_map(|l| {
+                    let (name, value) = l.rsplit_once(' ')?;
+                    Some((name.to_string(), value.parse().ok()?))
+                })
+                .collect()
+        })
     }
 
     /// The count of finished reconciles.
