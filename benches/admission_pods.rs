@@ -9,9 +9,11 @@
 //! 1,000 pods (one container each, an image of the mix, a scheduler nobody runs: creating
 //! them is all the cluster does) with 32 creates in flight, and checks every created pod's
 //! image: mapped in B, as asked in A. Pods are deleted between runs. It prints each run's
-//! pods per second, the ratio of each pair (B over the A after it) and of the totals, the
-//! webhook's own answer times from its `/metrics` (body read included), and the operator's
-//! RSS.
+//! pods per second, the ratio of each pair (B over the A after it) and of the means, the
+//! webhook's own answer times from its `/metrics` (body read included), the CPU seconds the
+//! API server, etcd, the operator and the benchmark's client spent in each run (from
+//! `/proc`; per pod, what the webhook costs each whatever else shares the machine), and the
+//! operator's RSS.
 //!
 //!   scripts/bench-admission [PODS [IN_FLIGHT]]    # default: 1000 32
 
@@ -305,7 +307,7 @@ impl Webhook {
 }
 
 /// Run `run` (0-based; with the webhook when even): `n` pods created once the API server
-/// calls the webhook, or no longer does; prints its row and returns its pods per second.
+/// calls the webhook, or no longer does; prints its row.
 async fn timed_run(
     client: &Client,
     ns: &str,
@@ -313,7 +315,7 @@ async fn timed_run(
     webhook: &Webhook,
     run: usize,
     (n, concurrency): (usize, usize),
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Run> {
     let with = run.is_multiple_of(2);
     webhook.set(with).await?;
     wait_webhook(client, ns, with).await?;
@@ -326,11 +328,7 @@ async fn timed_run(
     let took = started.elapsed().as_secs_f64();
     let cpu_after = cpu();
     let after = Answers::read(op);
-    let used: Vec<String> = cpu_after
-        .iter()
-        .zip(cpu_before)
-        .map(|(a, b)| format!("{:.2}", a - b))
-        .collect();
+    let used: [f64; 4] = std::array::from_fn(|k| cpu_after[k] - cpu_before[k]);
     let peak = op.peak_mib();
     if with {
         anyhow::ensure!(mapped == n, "run {run}: {mapped} of {n} pods mapped");
@@ -343,10 +341,59 @@ async fn timed_run(
         run + 1,
         if with { "B (with)" } else { "A (without)" },
         after.since(&before),
-        used.join(" / "),
+        used.map(|c| format!("{c:.2}")).join(" / "),
     );
     delete_pods(client, ns).await?;
-    Ok(rate)
+    Ok(Run {
+        with,
+        rate,
+        cpu: used,
+    })
+}
+
+/// What one run measured.
+struct Run {
+    /// With the webhook.
+    with: bool,
+    /// Pods per second.
+    rate: f64,
+    /// CPU seconds of the API server, etcd, the operator and the client.
+    cpu: [f64; 4],
+}
+
+/// The ratios of pods per second, per pair and overall, and the CPU each process spent per
+/// pod with the webhook and without: `n` pods per run.
+fn summary(runs: &[Run], n: usize) {
+    let pairs: Vec<String> = runs
+        .chunks(2)
+        .map(|p| format!("{:.2}×", p[0].rate / p[1].rate))
+        .collect();
+    let mean = |with: bool, of: &dyn Fn(&Run) -> f64| {
+        let r: Vec<f64> = runs.iter().filter(|r| r.with == with).map(of).collect();
+        r.iter().sum::<f64>() / r.len() as f64
+    };
+    let (with, without) = (mean(true, &|r| r.rate), mean(false, &|r| r.rate));
+    println!(
+        "with / without, per pair (B over the A after it): {}; overall (mean pods/s): {with:.0} / {without:.0} = {:.2}×",
+        pairs.join(", "),
+        with / without
+    );
+    // In ms per pod: what the webhook costs each process, whatever else ran meanwhile.
+    let per_pod = |with: bool, k: usize| mean(with, &|r| r.cpu[k] * 1e3 / n as f64);
+    let names = ["API server", "etcd", "operator", "client"];
+    let each: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| format!("{name} {:.2} / {:.2}", per_pod(true, k), per_pod(false, k)))
+        .collect();
+    let all = |with: bool| (0..names.len()).map(|k| per_pod(with, k)).sum::<f64>();
+    println!(
+        "CPU ms per pod, with / without: {}; all {:.2} / {:.2} ({:.2}× as many pods per CPU second)",
+        each.join(", "),
+        all(true),
+        all(false),
+        all(false) / all(true)
+    );
 }
 
 #[tokio::main]
@@ -414,30 +461,12 @@ async fn main() -> anyhow::Result<()> {
         api: configurations.clone(),
         registered,
     };
-    let mut rates: Vec<(bool, f64)> = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
     for run in 0..6_usize {
-        let with = run.is_multiple_of(2);
-        rates.push((
-            with,
-            timed_run(&client, &ns, &mut op, &webhook, run, (n, concurrency)).await?,
-        ));
+        runs.push(timed_run(&client, &ns, &mut op, &webhook, run, (n, concurrency)).await?);
     }
     println!();
-    let pairs: Vec<String> = rates
-        .chunks(2)
-        .map(|p| format!("{:.2}×", p[0].1 / p[1].1))
-        .collect();
-    let mean = |with: bool| {
-        let r: Vec<f64> = rates.iter().filter(|r| r.0 == with).map(|r| r.1).collect();
-        r.iter().sum::<f64>() / r.len() as f64
-    };
-    println!(
-        "with / without, per pair (B over the A after it): {}; overall (mean pods/s): {:.0} / {:.0} = {:.2}×",
-        pairs.join(", "),
-        mean(true),
-        mean(false),
-        mean(true) / mean(false)
-    );
+    summary(&runs, n);
     println!(
         "operator RSS: {steady:.0} MiB before the runs, {:.0} MiB after them",
         op.rss_mib()
