@@ -115,7 +115,9 @@ impl Admitter {
                 response.warnings = Some(bounded(&d.warnings));
             }
             if !d.patch.0.is_empty() {
-                let fallback = AdmissionResponse::from(&request);
+                // A patch that cannot be written admits the pod as it is, warnings kept.
+                let mut fallback = AdmissionResponse::from(&request);
+                fallback.warnings.clone_from(&response.warnings);
                 response = response.with_patch(d.patch).unwrap_or(fallback);
             }
         }
