@@ -31,6 +31,7 @@ use support::tls_front::{Backend, TlsFront};
 use support::vms::env;
 use support::webhooks::pod;
 use support::*;
+use tokio::io::AsyncWriteExt;
 
 /// A CA and a serving certificate for 127.0.0.1 in a directory, as cert-manager writes it.
 struct Certs {
@@ -108,24 +109,7 @@ fn review(namespace: &str, pod: &Value) -> Vec<u8> {
 
 /// POSTs `body` to the webhook on `port` over TLS, trusting `ca_pem`: the patched pod.
 async fn admit(port: u16, ca_pem: &str, body: Vec<u8>, pod: &Value) -> Value {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = connect(port, ca_pem).await;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
             .await
@@ -440,6 +424,76 @@ async fn followers_pin_to_the_digests_the_leader_verified_and_ask_no_registry() 
         follower.metric("imagemap_tag_checks_total").abs() < f64::EPSILON,
         "a follower asked the registry"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn stalled_senders_hold_up_no_admission() {
+    let e = env("replicas-stalled").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "busybox"}, "to": "mirror.io/busybox"}]),
+    )
+    .await;
+    let certs = certs(&e.ns);
+    let port = free_port();
+    let _replica = start(&replica(&e.ns, &format!("lease-{}", e.ns), port, &certs)).await;
+    // Twenty clients announce 6 MiB reviews, more than the bytes in flight allow, and
+    // send nothing more.
+    let mut stalled = Vec::new();
+    for _ in 0..20 {
+        let mut tls = connect(port, &certs.ca_pem).await;
+        tls.write_all(
+            format!(
+                "POST /mutate-pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+                6 << 20
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        stalled.push(tls);
+    }
+    // A review is still answered, and well before the API server's 5 s.
+    let started = Instant::now();
+    let p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": e.ns},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    });
+    let admitted = admit(port, &certs.ca_pem, review(&e.ns, &p), &p).await;
+    let took = started.elapsed();
+    assert_eq!(
+        admitted["spec"]["containers"][0]["image"],
+        "mirror.io/busybox"
+    );
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    println!("beside 20 stalled 6 MiB senders, a review was answered in {took:?}");
+}
+
+/// A TLS connection to the webhook on `port`, trusting `ca_pem`.
+async fn connect(
+    port: u16,
+    ca_pem: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .unwrap()
 }
 
 /// The API server's count of calls to `webhook` that failed open.

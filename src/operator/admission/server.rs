@@ -1,8 +1,10 @@
 //! The webhook's HTTPS endpoint: `POST /mutate-pods` takes an AdmissionReview of at most
 //! [`BODY_LIMIT`] bytes (a large pod's review is over 1 MiB, and the ephemeral-container
 //! update carries the pod twice), with at most [`IN_FLIGHT`] bytes of requests read at once
-//! over every connection; it is hardened like the operator's other endpoints (header and
-//! handler timeouts, a connection cap).
+//! over every connection — a request waits at most 1 s for room among them, and its body must
+//! arrive within 3 s, so stalled senders never hold the budget past the API server's 5 s —;
+//! it is hardened like the operator's other endpoints (header and handler timeouts, a
+//! connection cap).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +27,11 @@ pub const PATH: &str = "/mutate-pods";
 pub const BODY_LIMIT: usize = 6 << 20;
 /// Most bytes of requests read at once, over every connection.
 pub const IN_FLIGHT: usize = 64 << 20;
+/// How long a request may wait for room among the bytes in flight.
+const BODY_WAIT: Duration = Duration::from_secs(1);
+/// How long a request's body may take to arrive, counted from its headers (the API server
+/// gives up after 5 s).
+const BODY_READ: Duration = Duration::from_secs(3);
 
 /// When the endpoint last took a request, and whether it drains: while it does, every
 /// answer closes its connection, so that no client keeps one to a replica that stops.
@@ -146,12 +153,33 @@ async fn handle(
         return text(StatusCode::PAYLOAD_TOO_LARGE, too_large());
     }
     let permits = u32::try_from(length.unwrap_or(BODY_LIMIT).max(1)).unwrap_or(u32::MAX);
-    let Ok(_reading) = in_flight.acquire_many(permits).await else {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "stopping\n");
-    };
-    let Ok(body) = Limited::new(req.into_body(), BODY_LIMIT).collect().await else {
+    // Slow or stalled senders never hold the bytes in flight past the API server's timeout.
+    let Ok(Ok(_reading)) = tokio::time::timeout(BODY_WAIT, in_flight.acquire_many(permits)).await
+    else {
         metrics.admitted("error", started.elapsed().as_secs_f64(), 0, 0);
-        return text(StatusCode::PAYLOAD_TOO_LARGE, too_large());
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many bytes in flight: retry\n",
+        );
+    };
+    let body = tokio::time::timeout(
+        BODY_READ.saturating_sub(started.elapsed()),
+        Limited::new(req.into_body(), BODY_LIMIT).collect(),
+    )
+    .await;
+    let body = match body {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => {
+            metrics.admitted("error", started.elapsed().as_secs_f64(), 0, 0);
+            return text(StatusCode::PAYLOAD_TOO_LARGE, too_large());
+        }
+        Err(_) => {
+            metrics.admitted("error", started.elapsed().as_secs_f64(), 0, 0);
+            return text(
+                StatusCode::REQUEST_TIMEOUT,
+                "the review did not arrive in time\n",
+            );
+        }
     };
     let answer = admitter.answer(&body.to_bytes());
     let seconds = started.elapsed().as_secs_f64();
