@@ -91,11 +91,11 @@ impl Admitter {
                 excerpt(&e.to_string())
             ))
         })?;
-        let request: AdmissionRequest<DynamicObject> = review
+        let mut request: AdmissionRequest<DynamicObject> = review
             .try_into()
             .map_err(|_| NotAReview("an AdmissionReview without a request".into()))?;
         let mut response = AdmissionResponse::from(&request);
-        let (result, decision) = match self.decide(&request) {
+        let (result, decision) = match self.decide(&mut request) {
             Err(skip) => {
                 tracing::trace!(reason = skip.as_str(), "admission skipped");
                 ("skipped", None)
@@ -131,8 +131,8 @@ impl Admitter {
         })
     }
 
-    /// What admission does to the request's pod, or why it is left alone.
-    fn decide(&self, request: &AdmissionRequest<DynamicObject>) -> Result<Decision, Skip> {
+    /// What admission does to the request's pod (taken out of it), or why it is left alone.
+    fn decide(&self, request: &mut AdmissionRequest<DynamicObject>) -> Result<Decision, Skip> {
         let operation = match request.operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
@@ -146,18 +146,18 @@ impl Admitter {
             operation,
         );
         let namespace = request.namespace.clone().unwrap_or_default();
-        let pod = request.object.as_ref().map_or(Value::Null, pod_value);
+        if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {
+            return Err(Skip::ExcludedNamespace);
+        }
+        let pod = request.object.take().map_or(Value::Null, pod_value);
         let who = Requesters {
-            user: &request.user_info.username.clone().unwrap_or_default(),
+            user: request.user_info.username.as_deref().unwrap_or_default(),
             operator: self.own_user.as_deref(),
         };
         if let Some(skip) = scope::skip(&self.excluded, &namespace, kind, &pod, who) {
             return Err(skip);
         }
-        if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {
-            return Err(Skip::ExcludedNamespace);
-        }
-        let old = request.old_object.as_ref().map(pod_value);
+        let old = request.old_object.take().map(pod_value);
         let change = match (kind, &old) {
             (RequestKind::CreatePod, _) => Change::Create,
             (RequestKind::AddEphemeralContainers, Some(old)) => Change::EphemeralContainers { old },
@@ -186,11 +186,12 @@ impl Admitter {
     }
 }
 
-/// The pod's metadata and spec as JSON, as the pure core reads them.
-fn pod_value(object: &DynamicObject) -> Value {
+/// The pod's metadata and spec as JSON, as the pure core reads them (the spec moved, not
+/// copied: a pod may be over a MiB).
+fn pod_value(mut object: DynamicObject) -> Value {
     json!({
         "metadata": serde_json::to_value(&object.metadata).unwrap_or(Value::Null),
-        "spec": object.data.get("spec").cloned().unwrap_or(Value::Null),
+        "spec": object.data.get_mut("spec").map_or(Value::Null, Value::take),
     })
 }
 
