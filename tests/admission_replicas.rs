@@ -29,7 +29,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use support::tls_front::{Backend, TlsFront};
 use support::vms::env;
-use support::webhooks::pod;
+use support::webhooks::{base64_of, pod};
 use support::*;
 use tokio::io::AsyncWriteExt;
 
@@ -507,11 +507,6 @@ fn fail_open_count(webhook: &str) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-fn base64_of(text: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(text)
 }
 
 /// Deletes a webhook configuration when dropped.

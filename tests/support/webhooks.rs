@@ -232,7 +232,8 @@ impl Drop for InjectingWebhook {
     }
 }
 
-fn base64_of(text: &str) -> String {
+/// `text`, base64-encoded (a configuration's `caBundle`).
+pub fn base64_of(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(text)
 }

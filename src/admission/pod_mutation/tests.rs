@@ -27,6 +27,24 @@ fn regex_mapping(name: &str, regex: &str, to: &str) -> MappingInput {
     m
 }
 
+/// Rules that rewrite every Docker Hub library image to a registry outside the only one
+/// allowed: each such container cannot be mapped.
+fn outside_the_allowed_registries() -> RuleSet {
+    RuleSet::compile(
+        &[regex_mapping(
+            "out",
+            r"^docker\.io/library/(.*)$",
+            "elsewhere.io/$1",
+        )],
+        &CompileOptions {
+            allowed_registries: crate::allowed_registries::AllowedRegistries::only(vec![
+                "mirror.io".into(),
+            ]),
+            ..CompileOptions::default()
+        },
+    )
+}
+
 fn no_digest(_: &str, _: Option<&RuleRef>, _: &str) -> Option<String> {
     None
 }
@@ -154,19 +172,7 @@ fn reinvocation_resolves_from_the_recorded_original_so_mapping_stays_single_pass
 
 #[test]
 fn a_container_that_cannot_be_mapped_is_admitted_unchanged_with_a_warning() {
-    let set = RuleSet::compile(
-        &[regex_mapping(
-            "out",
-            r"^docker\.io/library/(.*)$",
-            "elsewhere.io/$1",
-        )],
-        &CompileOptions {
-            allowed_registries: crate::allowed_registries::AllowedRegistries::only(vec![
-                "mirror.io".into(),
-            ]),
-            ..CompileOptions::default()
-        },
-    );
+    let set = outside_the_allowed_registries();
     let p = pod(
         &json!({"containers": [{"name": "app", "image": "busybox"}, {"name": "x", "image": "::not a ref"}]}),
     );
@@ -384,19 +390,7 @@ fn a_record_stands_only_while_the_container_runs_what_the_rules_make_of_it() {
 
 #[test]
 fn warnings_and_containers_are_bounded() {
-    let set = RuleSet::compile(
-        &[regex_mapping(
-            "out",
-            r"^docker\.io/library/(.*)$",
-            "elsewhere.io/$1",
-        )],
-        &CompileOptions {
-            allowed_registries: crate::allowed_registries::AllowedRegistries::only(vec![
-                "mirror.io".into(),
-            ]),
-            ..CompileOptions::default()
-        },
-    );
+    let set = outside_the_allowed_registries();
     let containers: Vec<Value> = (0..20)
         .map(|i| json!({"name": format!("c{i}"), "image": "busybox"}))
         .collect();
