@@ -26,6 +26,14 @@ const ORIGINALS: &str = "imagemap.dev/original-images";
 const RULES: &str = "imagemap.dev/image-rules";
 const MAPPED: &str = "imagemap.dev/mapped";
 
+/// Rules a → b and b → a: a pod mapped twice would run what it asked for.
+fn swap_rules() -> serde_json::Value {
+    json!([
+        {"match": {"repository": "a.io/app"}, "to": "b.io/app"},
+        {"match": {"repository": "b.io/app"}, "to": "a.io/app"},
+    ])
+}
+
 fn images(pod: &Pod) -> Vec<(String, String)> {
     let spec = pod.spec.as_ref().unwrap();
     spec.init_containers
@@ -255,14 +263,7 @@ async fn a_pod_opts_out_of_its_namespaces_rules_never_out_of_the_clusters() {
 async fn mapping_stays_single_pass_when_another_webhook_makes_the_api_server_call_again() {
     let e = env("admission-again").await;
     // a → b and b → a: run again on its own output, the webhook would undo itself.
-    e.add_mapping(
-        "swap",
-        json!([
-            {"match": {"repository": "a.io/app"}, "to": "b.io/app"},
-            {"match": {"repository": "b.io/app"}, "to": "a.io/app"},
-        ]),
-    )
-    .await;
+    e.add_mapping("swap", swap_rules()).await;
     let _op = WebhookOperator::start(&e.ns, "a.io/app:0", &[]).await;
     // Called after imagemap (configurations go in name order), it adds a container: the
     // API server then calls imagemap again, with imagemap's own output.
@@ -355,14 +356,7 @@ async fn with_the_operator_gone_pods_are_still_created_and_a_stopped_one_leaves_
 async fn the_operators_own_runner_pods_are_left_alone_and_a_forged_owner_is_not() {
     let e = env("admission-own").await;
     // a → b and b → a: a runner pod (resolved already) mapped again would undo its images.
-    e.add_mapping(
-        "swap",
-        json!([
-            {"match": {"repository": "a.io/app"}, "to": "b.io/app"},
-            {"match": {"repository": "b.io/app"}, "to": "a.io/app"},
-        ]),
-    )
-    .await;
+    e.add_mapping("swap", swap_rules()).await;
     let _op = WebhookOperator::start(&e.ns, "a.io/app:0", &[]).await;
     e.add_vm("vm", false, "Always", "a.io/app:1").await;
     support::vms::wait_single_pod(&e, "vm", "b.io/app:1").await;
