@@ -26,11 +26,15 @@ use tls::{CertDir, Certificates};
 /// How long without a request shows that the API server no longer sends to a replica
 /// that stops.
 const QUIET: Duration = Duration::from_secs(2);
+/// How long a stopping replica waits for the API server to register or delete its
+/// configuration.
+const API_WAIT: Duration = Duration::from_secs(5);
 
 /// The webhook while it serves; [`Serving::stop`] ends it.
 pub struct Serving {
     tasks: Vec<JoinHandle<()>>,
-    /// The configuration this process registered (with `--webhook-url`), once it has.
+    /// Registering the configuration (with `--webhook-url`), and what it registered.
+    registering: Option<JoinHandle<()>>,
     registered: Arc<Mutex<Option<Registered>>>,
     activity: Arc<Activity>,
     /// `--webhook-drain-seconds`.
@@ -44,18 +48,31 @@ impl Serving {
     /// unready, or its configuration gone), at most for the drain period.
     pub async fn stop(self) {
         self.activity.drain();
+        // A registration under way ends first (or is given up): none is left behind.
+        if let Some(mut registering) = self.registering
+            && tokio::time::timeout(API_WAIT, &mut registering)
+                .await
+                .is_err()
+        {
+            registering.abort();
+        }
         let registered = self
             .registered
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(registered) = registered {
-            match registered.remove().await {
-                Ok(()) => {
+            match tokio::time::timeout(API_WAIT, registered.remove()).await {
+                Ok(Ok(())) => {
                     tracing::info!("deleted the webhook configuration this process registered");
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not delete the webhook configuration this process registered");
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %crate::excerpt::excerpt(&e.to_string()), "could not delete the webhook configuration this process registered");
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "no answer deleting the webhook configuration this process registered"
+                    );
                 }
             }
         }
@@ -136,6 +153,7 @@ pub async fn start(
         server::serve(listener, acceptor, admitter, metrics, serving).await;
     }));
     let registered = Arc::new(Mutex::new(None));
+    let mut registering = None;
     if let Some((url, name, ca)) = local {
         let configuration = configuration::for_url(&name, &url, &ca, &webhook.excluded, acts_in);
         let (client, loaded, slot) = (
@@ -143,19 +161,22 @@ pub async fn start(
             read.rules_loaded.clone(),
             Arc::clone(&registered),
         );
-        tasks.push(tokio::spawn(async move {
+        registering = Some(tokio::spawn(async move {
             loaded.wait().await;
             match configuration::register(client, &configuration).await {
                 Ok(r) => {
                     tracing::info!(%url, configuration = %name, "registered the webhook");
                     *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
                 }
-                Err(e) => tracing::error!(error = %e, configuration = %name, "could not register the webhook"),
+                Err(e) => {
+                    tracing::error!(error = %crate::excerpt::excerpt(&e.to_string()), configuration = %name, "could not register the webhook");
+                }
             }
         }));
     }
     Ok(Serving {
         tasks,
+        registering,
         registered,
         activity,
         drain: webhook.drain,
