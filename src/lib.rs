@@ -25,3 +25,4 @@ pub mod rules;
 pub mod runner_pod;
 pub mod vm_images;
 pub mod vm_plan;
+pub mod webhook_certificate;

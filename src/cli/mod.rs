@@ -23,9 +23,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Resolve images through ImageMappings offline, as the operator would.
-    Resolve(resolve::ResolveArgs),
+    Resolve(Box<resolve::ResolveArgs>),
     /// Print the CustomResourceDefinitions as YAML.
     Crds(crds::CrdsArgs),
     /// Run the operator against the cluster of KUBECONFIG (or in-cluster credentials).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
 }

@@ -14,6 +14,7 @@ use crate::operator::{
     SecretName, TokenFile, Webhook, WebhookCertificate, health,
 };
 use crate::vm_images;
+use crate::webhook_certificate::plan::Lifetimes;
 
 /// Arguments of `imagemap run`.
 #[derive(Debug, clap::Args)]
@@ -74,20 +75,35 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', value_name = "NS")]
     pub registry_credentials_namespaces: Vec<String>,
     /// Address of the admission webhook (HTTPS), which maps the images of every Pod created;
-    /// `off` to serve none. It needs a certificate: `--webhook-url` or `--webhook-cert-dir`.
+    /// `off` to serve none. It needs a certificate: `--webhook-secret`, `--webhook-url` or
+    /// `--webhook-cert-dir`.
     #[arg(long, default_value = "0.0.0.0:8443")]
     pub webhook_addr: String,
     /// The webhook's URL as the API server reaches it (`https://HOST:PORT`), for an operator
     /// outside the cluster: it makes its own CA and certificate for HOST, registers its own
     /// MutatingWebhookConfiguration (`--webhook-configuration`), and deletes it on exit.
-    #[arg(long, value_name = "URL", conflicts_with = "webhook_cert_dir")]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["webhook_cert_dir", "webhook_secret"])]
     pub webhook_url: Option<String>,
+    /// A Secret in the operator's namespace in which the leader keeps the webhook's CA and
+    /// serving certificate (made, renewed and rotated here) for every replica to serve, and
+    /// whose CA it sets as the `caBundle` of the `--webhook-configuration`. The install ships
+    /// both, the Secret empty.
+    #[arg(long, value_name = "NAME", conflicts_with = "webhook_cert_dir")]
+    pub webhook_secret: Option<String>,
+    /// Seconds the CA `--webhook-secret` makes is valid (rotated after two thirds).
+    #[arg(long, hide = true, default_value_t = 3 * 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(60..))]
+    pub webhook_ca_validity_seconds: u64,
+    /// Seconds a serving certificate `--webhook-secret` makes is valid (renewed after two
+    /// thirds).
+    #[arg(long, hide = true, default_value_t = 90 * 24 * 3600, value_parser = clap::value_parser!(u64).range(30..))]
+    pub webhook_cert_validity_seconds: u64,
     /// A directory with the webhook's certificate as cert-manager writes it (`tls.crt`,
     /// `tls.key`), read again when it changes; cert-manager's cainjector then keeps the
     /// configuration's `caBundle`.
     #[arg(long, value_name = "DIR")]
     pub webhook_cert_dir: Option<std::path::PathBuf>,
-    /// The name of the MutatingWebhookConfiguration `--webhook-url` registers.
+    /// The name of the MutatingWebhookConfiguration `--webhook-url` registers, or whose
+    /// `caBundle` the leader keeps with `--webhook-secret`.
     #[arg(long, default_value = "imagemap", value_name = "NAME")]
     pub webhook_configuration: String,
     /// Seconds a stopping replica keeps answering admissions at most, once unready: until
@@ -182,7 +198,7 @@ impl RunArgs {
                     name: name.clone(),
                 }
             }),
-            webhook: self.webhook()?,
+            webhook: self.webhook(own_namespace)?,
             // Under leader election, the leader tells the others what it verified.
             published_digests: self.leader_elect.then(|| NamespacedName {
                 namespace: self.lease_namespace(),
@@ -205,12 +221,27 @@ impl RunArgs {
     }
 
     /// The webhook's settings; `None` when it is `off`, or has no certificate to serve.
-    fn webhook(&self) -> anyhow::Result<Option<Webhook>> {
+    fn webhook(&self, own_namespace: &str) -> anyhow::Result<Option<Webhook>> {
         if self.webhook_addr == "off" {
             return Ok(None);
         }
-        let certificate = match (&self.webhook_url, &self.webhook_cert_dir) {
-            (Some(url), _) => {
+        let certificate = match (
+            &self.webhook_url,
+            &self.webhook_cert_dir,
+            &self.webhook_secret,
+        ) {
+            (None, None, Some(secret)) => WebhookCertificate::Secret {
+                secret: SecretName {
+                    namespace: own_namespace.to_string(),
+                    name: secret.clone(),
+                },
+                configuration: self.webhook_configuration.clone(),
+                lifetimes: Lifetimes {
+                    authority: Duration::from_secs(self.webhook_ca_validity_seconds),
+                    serving: Duration::from_secs(self.webhook_cert_validity_seconds),
+                },
+            },
+            (Some(url), _, _) => {
                 let parsed: http::Uri = url
                     .parse()
                     .map_err(|e| anyhow::anyhow!("--webhook-url {url:?}: {e}"))?;
@@ -222,8 +253,8 @@ impl RunArgs {
                     configuration: self.webhook_configuration.clone(),
                 }
             }
-            (None, Some(dir)) => WebhookCertificate::Dir(dir.clone()),
-            (None, None) => return Ok(None),
+            (None, Some(dir), _) => WebhookCertificate::Dir(dir.clone()),
+            (None, None, None) => return Ok(None),
         };
         Ok(Some(Webhook {
             addr: self.webhook_addr.clone(),
@@ -249,7 +280,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let options = args.options(&own_namespace)?;
     if options.webhook.is_none() && args.webhook_addr != "off" {
         tracing::info!(
-            "the admission webhook is not served: it needs --webhook-url or --webhook-cert-dir"
+            "the admission webhook is not served: it needs --webhook-secret, --webhook-url or --webhook-cert-dir"
         );
     }
     if !args.leader_elect {

@@ -89,6 +89,14 @@ pub enum WebhookCertificate {
     /// `--webhook-cert-dir`: cert-manager's `tls.crt` and `tls.key`, read again when they
     /// change (its cainjector keeps the configuration's `caBundle`).
     Dir(std::path::PathBuf),
+    /// `--webhook-secret`: the leader keeps a CA and serving certificate in `secret` (which
+    /// every replica serves) and the `caBundle` of the MutatingWebhookConfiguration
+    /// `configuration`; both are the install's, never created here.
+    Secret {
+        secret: SecretName,
+        configuration: String,
+        lifetimes: crate::webhook_certificate::plan::Lifetimes,
+    },
 }
 
 /// The default of [`Options::tag_poll_interval`].

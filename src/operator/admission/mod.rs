@@ -4,6 +4,7 @@
 
 pub mod configuration;
 pub mod handler;
+pub mod secret_certificate;
 pub mod server;
 pub mod tls;
 
@@ -18,6 +19,7 @@ use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::options::{Webhook, WebhookCertificate};
 use crate::operator::read::ReadSide;
+use crate::operator::read::watches::listed::Listed;
 use configuration::Registered;
 use handler::Admitter;
 use server::Activity;
@@ -94,7 +96,8 @@ impl Serving {
 }
 
 /// Starts the webhook of `webhook` on what `read` keeps: it listens at once, answers once
-/// the rules are loaded, and then — with `--webhook-url` — registers its configuration.
+/// the rules, the leader's digests and the certificate to serve were read (the replica is
+/// ready then), and then — with `--webhook-url` — registers its configuration.
 /// `acts_in`: the namespaces the operator acts in (empty: all).
 pub async fn start(
     client: &Client,
@@ -106,7 +109,19 @@ pub async fn start(
 ) -> anyhow::Result<Serving> {
     health.admits();
     let mut tasks = Vec::new();
+    // Marked once the certificate to serve (if any yet) was read.
+    let certificate_read = Listed::default();
     let (certificates, local) = match &webhook.certificate {
+        WebhookCertificate::Secret { secret, .. } => {
+            let certificates = Arc::new(Certificates::default());
+            tasks.push(tokio::spawn(secret_certificate::follow(
+                client.clone(),
+                secret.clone(),
+                Arc::clone(&certificates),
+                certificate_read.clone(),
+            )));
+            (certificates, None)
+        }
         WebhookCertificate::Local { url, configuration } => {
             let host = url
                 .parse::<http::Uri>()
@@ -143,13 +158,23 @@ pub async fn start(
         acts_in: acts_in.to_vec(),
         own_user,
     };
-    let (loaded, health) = (read.rules_loaded.clone(), Arc::clone(health));
+    if !matches!(webhook.certificate, WebhookCertificate::Secret { .. }) {
+        certificate_read.mark();
+    }
+    let loaded = [
+        read.rules_loaded.clone(),
+        read.digests_loaded.clone(),
+        certificate_read,
+    ];
+    let health = Arc::clone(health);
     let acceptor = certificates.acceptor()?;
     let activity = Arc::new(Activity::default());
     let serving = Arc::clone(&activity);
     tasks.push(tokio::spawn(async move {
-        loaded.wait().await;
-        health.set_rules_loaded();
+        for listed in &loaded {
+            listed.wait().await;
+        }
+        health.set_admission_loaded();
         server::serve(listener, acceptor, admitter, metrics, serving).await;
     }));
     let registered = Arc::new(Mutex::new(None));

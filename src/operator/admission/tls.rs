@@ -1,25 +1,21 @@
 //! The webhook's TLS: the serving certificate every connection is served with, swapped whole
 //! when it changes (a connection in its handshake keeps the one it started with); a CA and
-//! serving certificate made here (rcgen) for a webhook the operator registers itself; and
-//! cert-manager's files (`tls.crt`, `tls.key`), read again when they change.
+//! serving certificate made here for a webhook the operator registers itself; and
+//! cert-manager's files (`tls.crt`, `tls.key`), read again when they change. The leader's
+//! Secret is followed by [`super::secret_certificate`].
 
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-/// How far back a certificate made here is valid from: clocks of the API server and the
-/// operator may disagree.
-const BACKDATE: Duration = Duration::from_hours(1);
+use crate::webhook_certificate::issue::{self, IssueError};
+
 /// How long a certificate made here is valid.
 pub const VALIDITY: Duration = Duration::from_hours(24 * 365);
 /// How often cert-manager's files are looked at.
@@ -44,8 +40,8 @@ impl std::fmt::Debug for ServingCert {
 /// Why a certificate could not be made, read or used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("making a certificate: {0}")]
-    Generate(#[from] rcgen::Error),
+    #[error(transparent)]
+    Generate(#[from] IssueError),
     #[error("{what}: {why}")]
     Unusable { what: String, why: String },
 }
@@ -58,37 +54,18 @@ fn unusable(what: impl Into<String>, why: impl std::fmt::Display) -> TlsError {
 }
 
 /// A new CA, and a serving certificate it signs for `hosts` (DNS names or IP addresses),
-/// valid from [`BACKDATE`] before `now` for `validity`.
+/// both valid from before `now` for `validity`.
 pub fn self_signed(
     hosts: &[String],
     now: SystemTime,
     validity: Duration,
 ) -> Result<ServingCert, TlsError> {
-    let not_before = time::OffsetDateTime::from(now - BACKDATE);
-    let not_after = time::OffsetDateTime::from(now + validity);
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.distinguished_name
-        .push(DnType::CommonName, "imagemap webhook CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    ca.not_before = not_before;
-    ca.not_after = not_after;
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate()?;
-    let mut leaf = CertificateParams::new(hosts.to_vec())?;
-    leaf.distinguished_name
-        .push(DnType::CommonName, "imagemap webhook");
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    leaf.not_before = not_before;
-    leaf.not_after = not_after;
-    let cert = leaf.signed_by(&key, &issuer)?;
+    let ca = issue::authority(now, validity)?;
+    let cert = issue::serving(hosts, &ca, now, validity, now + validity)?;
     Ok(ServingCert {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        ca_pem: ca_cert.pem(),
+        cert_pem: cert.cert_pem,
+        key_pem: cert.key_pem,
+        ca_pem: ca.cert_pem,
     })
 }
 
@@ -107,18 +84,19 @@ fn certified(cert_pem: &str, key_pem: &str) -> Result<Arc<CertifiedKey>, TlsErro
     Ok(Arc::new(CertifiedKey::new(chain, signer)))
 }
 
-/// The certificate the webhook serves now.
-#[derive(Debug)]
+/// The certificate the webhook serves now; none yet, and every handshake fails.
+#[derive(Debug, Default)]
 pub struct Certificates {
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Option<Arc<CertifiedKey>>>,
 }
 
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         // The lock guards a pointer swap: a writer that panicked left a whole key.
-        Some(Arc::clone(
-            &self.current.read().unwrap_or_else(PoisonError::into_inner),
-        ))
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -126,7 +104,7 @@ impl Certificates {
     /// Serves `cert_pem` with `key_pem`.
     pub fn new(cert_pem: &str, key_pem: &str) -> Result<Arc<Certificates>, TlsError> {
         Ok(Arc::new(Certificates {
-            current: RwLock::new(certified(cert_pem, key_pem)?),
+            current: RwLock::new(Some(certified(cert_pem, key_pem)?)),
         }))
     }
 
@@ -134,7 +112,7 @@ impl Certificates {
     /// be used.
     pub fn replace(&self, cert_pem: &str, key_pem: &str) -> Result<(), TlsError> {
         let key = certified(cert_pem, key_pem)?;
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = key;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(key);
         Ok(())
     }
 

@@ -158,13 +158,15 @@ impl Health {
         slot.store(self.now(), Ordering::Relaxed);
     }
 
-    /// The replica serves admission: it is ready only once its rules are loaded.
+    /// The replica serves admission: it is ready only once what admission answers from is
+    /// loaded.
     pub fn admits(&self) {
         self.admits.store(true, Ordering::Relaxed);
     }
 
-    /// The rules were loaded (compiled from every mapping and namespace).
-    pub fn set_rules_loaded(&self) {
+    /// What admission answers from was loaded: the rules (compiled from every mapping and
+    /// namespace), the digests the leader verified, and the certificate to serve.
+    pub fn set_admission_loaded(&self) {
         self.rules_loaded.store(true, Ordering::Relaxed);
     }
 
@@ -253,7 +255,10 @@ impl Health {
             return Err("stopping".into());
         }
         if self.admits.load(Ordering::Relaxed) && !self.rules_loaded.load(Ordering::Relaxed) {
-            return Err("the rules are not loaded yet: admission waits for them".into());
+            return Err(
+                "the rules, the leader's digests or the webhook's certificate are not read yet: admission waits for them"
+                    .into(),
+            );
         }
         if self.standing_by.load(Ordering::Relaxed) {
             let seen = self.lease_seen.load(Ordering::Relaxed);

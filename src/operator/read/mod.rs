@@ -54,6 +54,9 @@ pub struct ReadSide {
     pub rules_loaded: Listed,
     /// The digests the leader verified, as this replica holds them (for admission).
     pub digests: Arc<VerifiedDigests>,
+    /// Marked once the leader's published digests were first read (at once when there is
+    /// no other replica to publish them: this one verifies its own).
+    pub digests_loaded: Listed,
 }
 
 /// What the read side tells, for the write side to act on.
@@ -98,12 +101,20 @@ pub fn start(
         registries,
         rules_loaded: Listed::default(),
         digests: Arc::default(),
+        digests_loaded: Listed::default(),
     };
     if let Some(name) = &options.published_digests {
         tasks.spawn(
             "verified digests watcher",
-            digests_watcher::run(client.clone(), name.clone(), Arc::clone(&read.digests)),
+            digests_watcher::run(
+                client.clone(),
+                name.clone(),
+                Arc::clone(&read.digests),
+                read.digests_loaded.clone(),
+            ),
         );
+    } else {
+        read.digests_loaded.mark();
     }
     let rules_changed = Teller::default();
     tasks.spawn(

@@ -1,8 +1,8 @@
 //! The write side: what only the leader does — the VirtualMachine controller ([`vms`]:
 //! reconciles, runner pods, and what a rule change asks of them), the mappings' statuses
-//! ([`mapping_statuses`]), following tags at their registries ([`tags`]), the report of
-//! objects that cannot be read ([`unreadable_reporter`]), and the writes and Events they
-//! all make ([`writes`]). It acts on what the read side keeps and tells.
+//! ([`mapping_statuses`]), following tags at their registries ([`tags`]), the webhook's
+//! certificates ([`webhook_tls`]), the report of objects that cannot be read
+//! ([`unreadable_reporter`]), and the writes and Events they all make ([`writes`]). It acts on what the read side keeps and tells.
 //!
 //! This file wires the write side's rooms together; they never import it.
 
@@ -10,6 +10,7 @@ pub mod mapping_statuses;
 pub mod tags;
 pub mod unreadable_reporter;
 pub mod vms;
+pub mod webhook_tls;
 pub mod writes;
 
 use std::future::Future;
@@ -24,7 +25,7 @@ use crate::namespaced_name::NamespacedName;
 use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::observe::progress::Progress;
-use crate::operator::options::Options;
+use crate::operator::options::{Options, Webhook, WebhookCertificate};
 use crate::operator::read::{ReadSide, Told};
 use crate::operator::tasks::Tasks;
 use mapping_statuses::mapping_status_writer::{self, StatusWriter};
@@ -40,6 +41,7 @@ use vms::rule_changes::{self, RuleChanges};
 use vms::trigger::Trigger;
 use vms::vm_memory::VmMemory;
 use vms::vm_reconciler::{self, Reconciler};
+use webhook_tls::certificate_keeper::{self, CertificateKeeper};
 use writes::events::EventRecorder;
 
 /// What the write side writes with and reports to.
@@ -89,6 +91,7 @@ pub async fn run(
         registries,
         rules_loaded,
         digests,
+        digests_loaded: _,
     } = read;
     let listed = caches.listed.clone();
     let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
@@ -132,6 +135,26 @@ pub async fn run(
             configmap: options.published_digests.clone(),
         }),
     );
+    if let Some(Webhook {
+        certificate:
+            WebhookCertificate::Secret {
+                secret,
+                configuration,
+                lifetimes,
+            },
+        ..
+    }) = &options.webhook
+    {
+        tasks.spawn(
+            "webhook certificate keeper",
+            certificate_keeper::run(CertificateKeeper {
+                client: client.clone(),
+                secret: secret.clone(),
+                configuration: configuration.clone(),
+                lifetimes: *lifetimes,
+            }),
+        );
+    }
     if let Some(secret) = options.registry_credentials.clone() {
         tasks.spawn(
             "registry credentials watcher",

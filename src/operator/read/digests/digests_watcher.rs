@@ -12,10 +12,17 @@ use kube::{Api, Client};
 use crate::excerpt::excerpt;
 use crate::namespaced_name::NamespacedName;
 use crate::operator::read::digests::verified_digests::{DATA_KEY, VerifiedDigests, decode};
+use crate::operator::read::watches::listed::Listed;
 use crate::operator::read::watches::watch_backoff::WatchBackoff;
 
-/// Holds in `digests` what the ConfigMap `name` publishes, until the operator stops.
-pub async fn run(client: Client, name: NamespacedName, digests: Arc<VerifiedDigests>) {
+/// Holds in `digests` what the ConfigMap `name` publishes, until the operator stops;
+/// `loaded` is marked once it was first read (or found absent: nothing published yet).
+pub async fn run(
+    client: Client,
+    name: NamespacedName,
+    digests: Arc<VerifiedDigests>,
+    loaded: Listed,
+) {
     let api: Api<ConfigMap> = Api::namespaced(client, &name.namespace);
     let mut events = watcher::watch_object(api, &name.name)
         .backoff(WatchBackoff::default())
@@ -31,7 +38,10 @@ pub async fn run(client: Client, name: NamespacedName, digests: Arc<VerifiedDige
                     .map_or("[]", String::as_str);
                 decode(text).map_err(|e| format!("{name}: {e}"))
             }
-            Ok(None) => continue,
+            Ok(None) => {
+                loaded.mark();
+                continue;
+            }
             Err(e) => Err(format!("watching {name}: {}", excerpt(&e.to_string()))),
         };
         match read {
@@ -39,6 +49,7 @@ pub async fn run(client: Client, name: NamespacedName, digests: Arc<VerifiedDige
                 failing = false;
                 tracing::debug!(digests = read.len(), "verified digests");
                 digests.replace(read);
+                loaded.mark();
             }
             Err(why) => {
                 if !std::mem::replace(&mut failing, true) {
