@@ -26,3 +26,32 @@ app.kubernetes.io/component: operator
 - --{{ $name }}={{ $value }}
 {{- end }}
 {{- end }}
+
+{{/* The webhook's port: that of operator.webhookAddr (default 0.0.0.0:8443). */}}
+{{- define "imagemap.webhookPort" -}}
+{{- $addr := .Values.operator.webhookAddr | default "0.0.0.0:8443" }}
+{{- $port := regexFind "[0-9]+$" $addr }}
+{{- if not $port }}
+{{- fail (printf "operator.webhookAddr %q has no port: with webhook.enabled the operator serves the webhook (to serve none, set webhook.enabled=false)" $addr) }}
+{{- end }}
+{{- $port }}
+{{- end }}
+
+{{/* The namespaces the webhook never maps beyond the system ones and its own:
+webhook.excludeNamespaces and operator.webhookExcludeNamespaces, as a JSON list. */}}
+{{- define "imagemap.webhookExcluded" -}}
+{{- concat .Values.webhook.excludeNamespaces .Values.operator.webhookExcludeNamespaces | uniq | toJson }}
+{{- end }}
+
+{{/* The ClusterRole rule for the webhook's configuration: cluster-scoped, so in the
+ClusterRole bound cluster-wide (imagemap-operator, or imagemap-operator-cluster when
+operator.namespaces binds imagemap-operator in namespaces only). */}}
+{{- define "imagemap.webhookConfigurationRule" }}
+# The webhook's MutatingWebhookConfiguration, by name only: the leader reads and watches it
+# (get; a list and watch by name) and patches its webhooks' caBundle, and nothing else, to
+# the CA it keeps in --webhook-secret.
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [mutatingwebhookconfigurations]
+  resourceNames: [{{ .Values.operator.webhookConfiguration | default "imagemap" }}]
+  verbs: [get, list, watch, patch]
+{{- end }}
