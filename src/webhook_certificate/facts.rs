@@ -134,11 +134,16 @@ impl Facts {
         self.not_before <= now && now < self.not_after
     }
 
-    /// When it was made (its start, less the backdating), and when two thirds of its life
-    /// from then have passed: a renewal is due.
+    /// When it was made: its start, less the backdating.
+    #[must_use]
+    pub fn made(&self) -> SystemTime {
+        (self.not_before + BACKDATE).min(self.not_after)
+    }
+
+    /// When two thirds of its life from when it was made have passed: a renewal is due.
     #[must_use]
     pub fn renew_at(&self) -> SystemTime {
-        let made = (self.not_before + BACKDATE).min(self.not_after);
+        let made = self.made();
         let life = self.not_after.duration_since(made).unwrap_or_default();
         made + life * 2 / 3
     }

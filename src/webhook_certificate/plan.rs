@@ -8,7 +8,8 @@
 //! 3. a CA of the bundle ended: it leaves the bundle;
 //! 4. a serving certificate unusable, past two thirds of its life, not valid for a name the
 //!    configuration reaches the webhook at, or signed by the previous CA once every webhook of
-//!    the configuration trusts the new one: a new one from the signing CA;
+//!    the configuration trusts the new one (and [`SETTLE`] has passed since the new CA was
+//!    made): a new one from the signing CA;
 //! 5. a webhook of the configuration trusting other than the bundle: its `caBundle` is set.
 //!
 //! So a serving certificate from a new CA is served only once the API server trusts that CA,
@@ -20,6 +21,11 @@ use std::time::{Duration, SystemTime};
 use crate::webhook_certificate::facts::Facts;
 use crate::webhook_certificate::issue::{self, IssueError, Pair};
 use crate::webhook_certificate::{CA_BUNDLE, CA_KEY, CERT, KEY};
+
+/// How long after a new CA was made a serving certificate from it waits at least, beyond the
+/// configuration trusting it: every API server loads the configuration from a watch of its
+/// own, which follows within seconds the change the leader saw.
+pub const SETTLE: Duration = Duration::from_secs(10);
 
 /// What the Secret holds (`""` for a key it lacks).
 #[derive(Debug, Clone, Copy, Default)]
@@ -114,7 +120,8 @@ pub fn next(stored: &Stored, published: &[&[u8]], hosts: &[String], now: SystemT
         return Next::Serve(Why::Unusable);
     };
     let from_signing = serving.signed_by(signing);
-    if !from_signing && trusted(published, signing) {
+    let settled = signing.made() + SETTLE;
+    if !from_signing && trusted(published, signing) && now >= settled {
         return Next::Serve(Why::NewAuthority);
     }
     if from_signing && now >= serving.renew_at() {
@@ -127,8 +134,10 @@ pub fn next(stored: &Stored, published: &[&[u8]], hosts: &[String], now: SystemT
         return Next::Publish;
     }
     let ends = bundle[1..].iter().map(|ca| ca.not_after);
+    let switch = (!from_signing).then_some(settled);
     let until = ends
         .chain([signing.renew_at(), serving.renew_at()])
+        .chain(switch)
         .min()
         .unwrap_or(now);
     Next::Idle { until }
@@ -341,9 +350,15 @@ mod tests {
         let cas = secret.cas();
         assert_eq!(cas.len(), 2);
         assert_eq!(cas[1], old);
-        // Still served from the old CA until the configuration trusts the new one.
+        // Still served from the old CA until the configuration trusts the new one, and
+        // every API server had time to load it.
         assert!(secret.serving().signed_by(&old));
         assert_eq!(secret.step(&mut published, at, lifetimes()), Next::Publish);
+        let Next::Idle { until } = secret.step(&mut published, at, lifetimes()) else {
+            panic!("idle")
+        };
+        assert_eq!(until, cas[0].made() + SETTLE);
+        let at = until;
         assert_eq!(
             secret.step(&mut published, at, lifetimes()),
             Next::Serve(Why::NewAuthority)
@@ -354,7 +369,7 @@ mod tests {
             panic!("idle")
         };
         assert!(until <= old.not_after);
-        let renewed = now + 26 * HOUR + Duration::from_secs(2);
+        let renewed = now + 26 * HOUR + Duration::from_secs(12);
         assert_eq!(
             secret.settle(&mut published, renewed),
             [Next::Serve(Why::Ending)]

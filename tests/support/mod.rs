@@ -8,6 +8,7 @@ pub mod fault_proxy;
 pub mod hostile_registry;
 pub mod neonvm;
 pub mod registry;
+pub mod served_certificate;
 pub mod tls_front;
 pub mod vms;
 pub mod webhooks;
@@ -428,6 +429,13 @@ impl OperatorProcess {
     /// Starts it and waits until `/readyz` answers 200 (polled, as a kubelet probes).
     pub async fn start(args: &[&str]) -> OperatorProcess {
         Self::start_as(Command::new(env!("CARGO_BIN_EXE_imagemap")), args).await
+    }
+
+    /// Starts it as a pod of namespace `namespace` runs it (`POD_NAMESPACE`).
+    pub async fn start_in(namespace: &str, args: &[&str]) -> OperatorProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_imagemap"));
+        command.env("POD_NAMESPACE", namespace);
+        Self::start_as(command, args).await
     }
 
     /// Starts it with at most `files` open file descriptors (`prlimit --nofile`).
