@@ -238,7 +238,7 @@ async fn the_serving_certificate_is_renewed_with_no_failed_admission() {
     let started = Instant::now();
     while served.iter().filter(|s| **s).count() < 3 {
         assert!(
-            started.elapsed() < Duration::from_secs(120),
+            started.elapsed() < Duration::from_mins(2),
             "two renewals, each served by both replicas: not within 120 s ({served:?})\n{}",
             bed.logs()
         );
@@ -318,7 +318,7 @@ async fn the_ca_is_rotated_with_both_trusted_and_no_failed_admission() {
     }
     let new = new.unwrap();
     assert_ne!(new, old);
-    assert_eq!(ders(&bed.published().await), [new.clone()]);
+    assert_eq!(ders(&bed.published().await), std::slice::from_ref(&new));
     println!(
         "CA rotated: both trusted at {:.1} s, the new one served by both replicas at {:.1} s, the old one dropped at {:.1} s; {} pods admitted through a configuration failing closed, none failed",
         both_trusted_at.unwrap(),
