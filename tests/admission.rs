@@ -386,3 +386,70 @@ async fn the_operators_own_runner_pods_are_left_alone_and_a_forged_owner_is_not(
         [("app".to_string(), "b.io/app:1".to_string())]
     );
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_tag_only_pods_follow_is_asked_of_the_leader_by_the_pod_and_later_pods_are_pinned() {
+    let e = env("admission-pod-tags").await;
+    let registry = support::registry::TestRegistry::start(&e.ns).await;
+    let host = registry.host();
+    let digest = registry.push("app", "dev", "build 1");
+    let tag = format!("{host}/app:dev");
+    e.add_mapping(
+        "follow",
+        json!([{"match": {"repository": "example.org/app"}, "to": tag, "followTag": true}]),
+    )
+    .await;
+    // No VirtualMachine follows the tag: only pods ask for it.
+    let op = WebhookOperator::start(
+        &e.ns,
+        "example.org/app",
+        &[
+            "--allowed-registries",
+            &host,
+            "--insecure-registries",
+            &host,
+        ],
+    )
+    .await;
+    assert!(
+        op.process.metric("imagemap_tag_checks_total").abs() < f64::EPSILON,
+        "a dry run asks nothing of the leader"
+    );
+    // The first pod: no digest held yet, admitted as the rule writes it, and counted.
+    let first = e
+        .pods
+        .create(&PostParams::default(), &pod("first", "example.org/app"))
+        .await
+        .unwrap();
+    assert_eq!(images(&first), [("app".to_string(), tag.clone())]);
+    assert!(
+        op.process
+            .metric("imagemap_admission_unpinned_containers_total")
+            >= 1.0
+    );
+    // Its check was asked of the leader by that pod: later pods are pinned.
+    let pinned = format!("{tag}@{digest}");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let later = e
+            .pods
+            .create(&dry_run, &pod("later", "example.org/app"))
+            .await
+            .unwrap();
+        if images(&later) == [("app".to_string(), pinned.clone())] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "later pods never pinned to {pinned}:\n{}",
+            op.process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(op.process.metric("imagemap_tag_checks_total") >= 1.0);
+}

@@ -2,7 +2,10 @@
 //! `scripts/control-plane build`: lint, the same objects as the Kustomize base, every
 //! operator flag reachable from values and the values schema matching the flags — and on the
 //! control plane, `helm install --wait`, an upgrade that changes a flag and a CRD, a rollout,
-//! and an uninstall that keeps the CRDs and users' objects. Run with `scripts/test`.
+//! and an uninstall that keeps the CRDs and users' objects — and the webhook's Secret and
+//! configuration, kept by a running leader, removed by an upgrade that disables the webhook,
+//! a rollback to a release without it and the uninstall, and never recreated. Run with
+//! `scripts/test`.
 
 #![allow(clippy::unwrap_used)] // test code
 // Each scenario reads top to bottom, as a user would go through it.
@@ -15,7 +18,9 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 use imagemap::api::ImageMapping;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -290,6 +295,80 @@ async fn restore_crds(client: &kube::Client) {
     }
 }
 
+/// The release's webhook Secret and configuration (the chart's names).
+struct ReleaseWebhook {
+    secrets: Api<Secret>,
+    configurations: Api<MutatingWebhookConfiguration>,
+}
+
+/// What the leader logs when the Secret or configuration is gone.
+const WEBHOOK_ABSENT: &str = "the webhook's Secret or configuration does not exist";
+
+impl ReleaseWebhook {
+    fn new(client: &kube::Client, ns: &str) -> ReleaseWebhook {
+        ReleaseWebhook {
+            secrets: Api::namespaced(client.clone(), ns),
+            configurations: Api::all(client.clone()),
+        }
+    }
+
+    /// Whether the Secret holds a serving certificate and every webhook of the
+    /// configuration trusts its CA.
+    async fn kept(&self) -> bool {
+        let (Some(secret), Some(configuration)) = (
+            self.secrets.get_opt("imagemap-webhook-tls").await.unwrap(),
+            self.configurations.get_opt("imagemap").await.unwrap(),
+        ) else {
+            return false;
+        };
+        let data = secret.data.unwrap_or_default();
+        let (Some(ca), Some(cert)) = (data.get("ca.crt"), data.get("tls.crt")) else {
+            return false;
+        };
+        !cert.0.is_empty()
+            && configuration
+                .webhooks
+                .unwrap_or_default()
+                .iter()
+                .all(|w| w.client_config.ca_bundle.as_ref() == Some(ca))
+    }
+
+    async fn wait_kept(&self, leader: &OperatorProcess) {
+        let deadline = Instant::now() + WAIT;
+        while !self.kept().await {
+            assert!(
+                Instant::now() < deadline,
+                "the leader keeps the release's webhook: not within {WAIT:?}\n{}",
+                leader.logs()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the leader saw the webhook gone (once more than `seen` times), then
+    /// checks that neither object exists: it recreated neither.
+    async fn wait_gone(&self, leader: &OperatorProcess, seen: usize) {
+        wait_until(WAIT, "the leader sees the webhook gone", || {
+            leader.logs().matches(WEBHOOK_ABSENT).count() > seen
+        })
+        .await;
+        assert!(
+            self.secrets
+                .get_opt("imagemap-webhook-tls")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            self.configurations
+                .get_opt("imagemap")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
 async fn helm_installs_upgrades_rolls_and_uninstalls_as_users_do() {
@@ -317,6 +396,33 @@ async fn helm_installs_upgrades_rolls_and_uninstalls_as_users_do() {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let deployment = deployments.get("imagemap").await.unwrap();
     assert_eq!(kstatus(&[&deployment]), ["Current"]);
+    // The webhook as installed: an empty Secret and a configuration without caBundle, which
+    // a leader (this process, as the release's replicas would run it) keeps.
+    let webhook = ReleaseWebhook::new(&client, &ns);
+    let shipped = webhook.secrets.get("imagemap-webhook-tls").await.unwrap();
+    assert!(shipped.data.is_none());
+    let configuration = webhook.configurations.get("imagemap").await.unwrap();
+    let first = &configuration.webhooks.unwrap()[0];
+    assert!(first.client_config.ca_bundle.is_none());
+    assert_eq!(
+        first.client_config.service.as_ref().unwrap().namespace,
+        ns,
+        "the configuration calls the release's Service"
+    );
+    let webhook_addr = format!("127.0.0.1:{}", free_port());
+    let leader = OperatorProcess::start_in(
+        &ns,
+        &[
+            "--namespace",
+            &users,
+            "--webhook-addr",
+            &webhook_addr,
+            "--webhook-secret",
+            "imagemap-webhook-tls",
+        ],
+    )
+    .await;
+    webhook.wait_kept(&leader).await;
     let mappings: Api<ImageMapping> = Api::namespaced(client.clone(), &users);
     mappings
         .create(
@@ -381,6 +487,56 @@ async fn helm_installs_upgrades_rolls_and_uninstalls_as_users_do() {
         "helm upgrade upgraded the CRD"
     );
 
+    // An upgrade that disables the webhook removes it; a rollback brings it back (the
+    // leader keeps it again), and a rollback to a release without it removes it again.
+    helm_ok(&[
+        "upgrade",
+        "imagemap",
+        newer.to_str().unwrap(),
+        "-n",
+        &ns,
+        "--reuse-values",
+        "--set",
+        "webhook.enabled=false",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    webhook.wait_gone(&leader, 0).await;
+    helm_ok(&[
+        "rollback",
+        "imagemap",
+        "2",
+        "-n",
+        &ns,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    webhook.wait_kept(&leader).await;
+    helm_ok(&[
+        "rollback",
+        "imagemap",
+        "3",
+        "-n",
+        &ns,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    webhook.wait_gone(&leader, 1).await;
+    helm_ok(&[
+        "rollback",
+        "imagemap",
+        "4",
+        "-n",
+        &ns,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    webhook.wait_kept(&leader).await;
+
     // A rollout: new replicas first, then the old ones go.
     let started = Instant::now();
     kubectl_ok(&["rollout", "restart", "deployment/imagemap", "-n", &ns]);
@@ -407,6 +563,7 @@ async fn helm_installs_upgrades_rolls_and_uninstalls_as_users_do() {
         "3m",
     ]);
     assert!(deployments.get_opt("imagemap").await.unwrap().is_none());
+    webhook.wait_gone(&leader, 2).await;
     for crd in imagemap::crds::all() {
         let name = crd.metadata.name.unwrap();
         assert!(

@@ -1,6 +1,8 @@
 //! The install manifests on the real API server, and the operator's RBAC proven: the shipped
-//! ServiceAccount (with a TokenRequest token) passes the main scenario, and removing any one
-//! of its rules makes the scenario fail. Run with `scripts/test`.
+//! ServiceAccount (with a TokenRequest token) passes the main scenario — its leader keeps
+//! the install's webhook Secret and configuration too, after which the install shows no
+//! drift — and removing any one of its rules makes the scenario fail. Run with
+//! `scripts/test`.
 
 // Each scenario reads top to bottom, as a user would go through it.
 #![allow(clippy::too_many_lines)]
@@ -11,10 +13,15 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
+use imagemap::admission::scope::Excluded;
 use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use imagemap::operator::{LeaderElection, LeaseTiming, Options, SecretName};
+use imagemap::operator::{
+    LeaderElection, LeaseTiming, Options, SecretName, Webhook, WebhookCertificate,
+};
 use imagemap::runner_pod::VM_LABEL;
 use imagemap::runner_pod::pod_images;
+use imagemap::webhook_certificate::plan::Lifetimes;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
@@ -29,13 +36,13 @@ const SYSTEM_NS: &str = "imagemap-system";
 
 static DEPLOYED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
-/// The CRDs, then `kubectl apply -k deploy/`, once per test binary (concurrent client-side
-/// applies of the same new objects race on their creation).
+/// The CRDs, then `kubectl apply --server-side -k deploy/` (as Flux applies), once per test
+/// binary (concurrent applies of the same new objects race on their creation).
 async fn install(client: &Client) {
     install_crds(client).await;
     DEPLOYED
         .get_or_init(|| async {
-            kubectl_ok(&["apply", "-k", "deploy/"]);
+            kubectl_ok(&["apply", "--server-side", "-k", "deploy/"]);
         })
         .await;
 }
@@ -63,6 +70,22 @@ async fn deploy_installs_with_kustomize_and_its_flags_exist() {
     assert_eq!(can("list", "secrets"), "no");
     assert_eq!(can("get", "secrets/imagemap-registry-credentials"), "no");
     assert_eq!(can("list", "secrets/another"), "no");
+    // And the webhook's, which the leader fills.
+    for verb in ["get", "list", "watch", "patch"] {
+        assert_eq!(can(verb, "secrets/imagemap-webhook-tls"), "yes", "{verb}");
+    }
+    assert_eq!(can("patch", "secrets/another"), "no");
+    // Of all webhook configurations, only the install's, and never created or deleted.
+    assert_eq!(
+        can("patch", "mutatingwebhookconfigurations/imagemap"),
+        "yes"
+    );
+    assert_eq!(can("patch", "mutatingwebhookconfigurations/other"), "no");
+    assert_eq!(can("create", "mutatingwebhookconfigurations"), "no");
+    assert_eq!(
+        can("delete", "mutatingwebhookconfigurations/imagemap"),
+        "no"
+    );
     // Of all ConfigMaps, only the cluster's local registry hosting, in kube-public.
     let can_public = |verb: &str, what: &str| {
         let out = kubectl(&[
@@ -240,9 +263,83 @@ impl Private {
                 name: CREDENTIALS_SECRET.into(),
             }),
             registry_credentials_namespaces: vec![ns.to_string()],
+            // The install's webhook: the leader keeps its Secret and configuration.
+            webhook: Some(Webhook {
+                addr: format!("127.0.0.1:{}", free_port()),
+                drain: Duration::ZERO,
+                certificate: WebhookCertificate::Secret {
+                    secret: SecretName {
+                        namespace: SYSTEM_NS.into(),
+                        name: WEBHOOK_SECRET.into(),
+                    },
+                    configuration: WEBHOOK_CONFIGURATION.into(),
+                    lifetimes: Lifetimes::default(),
+                },
+                excluded: Excluded::new(Some(SYSTEM_NS), &[]),
+            }),
             ..Options::default()
         }
     }
+}
+
+const WEBHOOK_SECRET: &str = "imagemap-webhook-tls";
+const WEBHOOK_CONFIGURATION: &str = "imagemap";
+
+/// Empties the install's webhook Secret and the configuration's `caBundle`, as installed.
+async fn reset_webhook(admin: &Client) {
+    Api::<Secret>::namespaced(admin.clone(), SYSTEM_NS)
+        .patch(
+            WEBHOOK_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": null})),
+        )
+        .await
+        .unwrap();
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+    let names: Vec<String> = configurations
+        .get(WEBHOOK_CONFIGURATION)
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.name)
+        .collect();
+    let webhooks: Vec<_> = names
+        .iter()
+        .map(|name| json!({"name": name, "clientConfig": {"caBundle": null}}))
+        .collect();
+    configurations
+        .patch(
+            WEBHOOK_CONFIGURATION,
+            &PatchParams::default(),
+            &Patch::Strategic(&json!({"webhooks": webhooks})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Whether the install's webhook Secret holds a serving certificate and every webhook of its
+/// configuration trusts the Secret's CA.
+async fn webhook_kept(admin: &Client) -> bool {
+    let secret = Api::<Secret>::namespaced(admin.clone(), SYSTEM_NS)
+        .get(WEBHOOK_SECRET)
+        .await
+        .unwrap();
+    let data = secret.data.unwrap_or_default();
+    let (Some(ca), Some(cert)) = (data.get("ca.crt"), data.get("tls.crt")) else {
+        return false;
+    };
+    let configuration = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+        .get(WEBHOOK_CONFIGURATION)
+        .await
+        .unwrap();
+    !cert.0.is_empty()
+        && configuration
+            .webhooks
+            .unwrap_or_default()
+            .iter()
+            .all(|w| w.client_config.ca_bundle.as_ref() == Some(ca))
 }
 
 /// The main scenario, as the operator's ServiceAccount. `Err` names the first step that
@@ -255,6 +352,7 @@ async fn scenario(
     limit: Duration,
 ) -> Result<(), String> {
     let ns = fresh_namespace(admin, "rbac").await;
+    reset_webhook(admin).await;
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     namespaces
         .patch(
@@ -364,6 +462,10 @@ async fn scenario(
     wait!(
         "ImageMapping status",
         mappings.get("local").await.unwrap().status.is_some()
+    );
+    wait!(
+        "the webhook's Secret filled and its CA in the configuration",
+        webhook_kept(admin).await
     );
     wait!(
         "ClusterImageMapping status",
@@ -534,6 +636,14 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
     )
     .await
     .expect("the shipped RBAC is enough");
+    // The leader wrote the webhook's Secret and caBundle: the install shows no drift.
+    let diff = kubectl(&["diff", "--server-side", "-k", "deploy/"]);
+    assert!(
+        diff.status.success(),
+        "kubectl diff --server-side -k deploy/ after the leader kept the webhook:\n{}{}",
+        String::from_utf8_lossy(&diff.stdout),
+        String::from_utf8_lossy(&diff.stderr)
+    );
 
     let text = std::fs::read_to_string(repo("deploy/operator-rbac.yaml")).unwrap();
     let rules: Vec<_> = documents::<ClusterRole>(&text, "ClusterRole")[0]

@@ -32,6 +32,7 @@ use mapping_statuses::mapping_status_writer::{self, StatusWriter};
 use mapping_statuses::status_due::StatusDue;
 use tags::credentials_watcher::{self, CredentialsWatcher};
 use tags::digest_publisher::{self, DigestPublisher};
+use tags::pod_followers::{self, PodFollowers};
 use tags::push_endpoint::{Pushed, Running};
 use tags::tag_follower::{self, TagFollower};
 use vms::pod_watcher;
@@ -126,6 +127,18 @@ pub async fn run(
             trigger.clone(),
         ),
     );
+    if options.webhook.is_some() {
+        tasks.spawn(
+            "pod followers",
+            pod_followers::run(PodFollowers {
+                client: client.clone(),
+                namespaces: options.namespaces.clone(),
+                caches: caches.clone(),
+                rules: Arc::clone(&rules),
+                followed: Arc::clone(&followed),
+            }),
+        );
+    }
     tasks.spawn(
         "digest publisher",
         digest_publisher::run(DigestPublisher {

@@ -1,5 +1,6 @@
-//! The tags VMs follow (`followTag`), the digest each points to, and which VMs use it.
-//! Reconciles say which references a VM follows, and for whom: a tag a ClusterImageMapping
+//! The tags VMs and pods follow (`followTag`), the digest each points to, and who uses it.
+//! Reconciles say which references a VM follows, and the pod followers (on the leader) which
+//! ones a pod admitted with a followed tag uses, so that later pods are pinned; and for whom: a tag a ClusterImageMapping
 //! rule names is the cluster's; one an ImageMapping rule follows, or one the VM chose itself
 //! through a cluster rule that does not fix the repository (a `prefix` or `regex` rule: the
 //! VM names the path), is its namespace's — each checked on its own, with the credentials
@@ -71,9 +72,19 @@ pub enum Lookup {
     },
 }
 
+/// Who follows a tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Follower {
+    /// A VM: reconciled when the digest moves.
+    Vm(NamespacedName),
+    /// A pod admitted with the tag: kept checked while it exists, so that later pods are
+    /// pinned to a digest verified lately.
+    Pod(NamespacedName),
+}
+
 #[derive(Debug)]
 struct TagState {
-    users: HashSet<NamespacedName>,
+    users: HashSet<Follower>,
     /// Both `None`: never answered yet.
     digest: Option<String>,
     error: Option<RegistryError>,
@@ -118,7 +129,7 @@ pub struct FollowedTags {
 
 #[derive(Debug, Default)]
 struct Inner {
-    by_vm: HashMap<NamespacedName, Vec<Followed>>,
+    by_follower: HashMap<Follower, Vec<Followed>>,
     tags: HashMap<Followed, TagState>,
     /// When the follower means to look again (`None`: after a full interval, or it is
     /// looking now): an answer due earlier wakes it, a later one need not.
@@ -138,19 +149,30 @@ impl FollowedTags {
         references: Vec<Followed>,
         now: Instant,
     ) -> Vec<(Followed, Lookup)> {
+        self.follow_as(&Follower::Vm(vm.clone()), references, now)
+    }
+
+    /// Records that `follower` follows `references` (and no others), and what is known of
+    /// each.
+    pub fn follow_as(
+        &self,
+        vm: &Follower,
+        references: Vec<Followed>,
+        now: Instant,
+    ) -> Vec<(Followed, Lookup)> {
         let mut inner = self.lock();
         // Every reconcile comes here; most VMs follow nothing, and the others the same
         // references as last time.
         let mut dropped = false;
-        let unchanged = match inner.by_vm.get(vm) {
+        let unchanged = match inner.by_follower.get(vm) {
             None => references.is_empty(),
             Some(before) => *before == references,
         };
         if !unchanged {
             let before = if references.is_empty() {
-                inner.by_vm.remove(vm)
+                inner.by_follower.remove(vm)
             } else {
-                inner.by_vm.insert(vm.clone(), references.clone())
+                inner.by_follower.insert(vm.clone(), references.clone())
             };
             for gone in before.unwrap_or_default() {
                 if !references.contains(&gone) {
@@ -198,11 +220,16 @@ impl FollowedTags {
         lookups
     }
 
-    /// Forgets `vm` (deleted): the tags it followed that no other VM follows go.
+    /// Forgets `vm` (deleted): the tags it followed that nothing else follows go.
     pub fn forget(&self, vm: &NamespacedName) {
+        self.forget_follower(&Follower::Vm(vm.clone()));
+    }
+
+    /// Forgets `follower` (deleted): the tags it followed that nothing else follows go.
+    pub fn forget_follower(&self, vm: &Follower) {
         let mut inner = self.lock();
         let mut dropped = false;
-        for r in inner.by_vm.remove(vm).unwrap_or_default() {
+        for r in inner.by_follower.remove(vm).unwrap_or_default() {
             dropped |= inner.release(vm, &r);
         }
         drop(inner);
@@ -271,7 +298,14 @@ impl FollowedTags {
         let users = if before == after {
             Vec::new()
         } else {
-            state.users.iter().cloned().collect()
+            state
+                .users
+                .iter()
+                .filter_map(|u| match u {
+                    Follower::Vm(vm) => Some(vm.clone()),
+                    Follower::Pod(_) => None,
+                })
+                .collect()
         };
         // The follower left this reference out when it last chose when to wake up: wake it
         // if it is due before then.
@@ -299,7 +333,7 @@ impl FollowedTags {
             .collect()
     }
 
-    /// Whether `reference` is followed (by any VM).
+    /// Whether `reference` is followed (by any VM or pod).
     pub fn follows(&self, reference: &Followed) -> bool {
         self.lock().tags.contains_key(reference)
     }
@@ -392,7 +426,7 @@ fn later(now: Instant, wait: Duration) -> Instant {
 impl Inner {
     /// `vm` no longer follows `reference`; whether a tag with a digest is no longer
     /// followed at all.
-    fn release(&mut self, vm: &NamespacedName, reference: &Followed) -> bool {
+    fn release(&mut self, vm: &Follower, reference: &Followed) -> bool {
         if let Some(state) = self.tags.get_mut(reference) {
             state.users.remove(vm);
             if state.users.is_empty() {
