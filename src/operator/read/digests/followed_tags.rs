@@ -156,7 +156,7 @@ impl FollowedTags {
     /// each.
     pub fn follow_as(
         &self,
-        vm: &Follower,
+        follower: &Follower,
         references: Vec<Followed>,
         now: Instant,
     ) -> Vec<(Followed, Lookup)> {
@@ -164,19 +164,21 @@ impl FollowedTags {
         // Every reconcile comes here; most VMs follow nothing, and the others the same
         // references as last time.
         let mut dropped = false;
-        let unchanged = match inner.by_follower.get(vm) {
+        let unchanged = match inner.by_follower.get(follower) {
             None => references.is_empty(),
             Some(before) => *before == references,
         };
         if !unchanged {
             let before = if references.is_empty() {
-                inner.by_follower.remove(vm)
+                inner.by_follower.remove(follower)
             } else {
-                inner.by_follower.insert(vm.clone(), references.clone())
+                inner
+                    .by_follower
+                    .insert(follower.clone(), references.clone())
             };
             for gone in before.unwrap_or_default() {
                 if !references.contains(&gone) {
-                    dropped |= inner.release(vm, &gone);
+                    dropped |= inner.release(follower, &gone);
                 }
             }
         }
@@ -196,8 +198,8 @@ impl FollowedTags {
                         again: false,
                     }
                 });
-                if !state.users.contains(vm) {
-                    state.users.insert(vm.clone());
+                if !state.users.contains(follower) {
+                    state.users.insert(follower.clone());
                 }
                 let lookup = if state.answered() {
                     Lookup::Known {
@@ -226,11 +228,11 @@ impl FollowedTags {
     }
 
     /// Forgets `follower` (deleted): the tags it followed that nothing else follows go.
-    pub fn forget_follower(&self, vm: &Follower) {
+    pub fn forget_follower(&self, follower: &Follower) {
         let mut inner = self.lock();
         let mut dropped = false;
-        for r in inner.by_follower.remove(vm).unwrap_or_default() {
-            dropped |= inner.release(vm, &r);
+        for r in inner.by_follower.remove(follower).unwrap_or_default() {
+            dropped |= inner.release(follower, &r);
         }
         drop(inner);
         if dropped {
@@ -424,11 +426,11 @@ fn later(now: Instant, wait: Duration) -> Instant {
 }
 
 impl Inner {
-    /// `vm` no longer follows `reference`; whether a tag with a digest is no longer
+    /// `follower` no longer follows `reference`; whether a tag with a digest is no longer
     /// followed at all.
-    fn release(&mut self, vm: &Follower, reference: &Followed) -> bool {
+    fn release(&mut self, follower: &Follower, reference: &Followed) -> bool {
         if let Some(state) = self.tags.get_mut(reference) {
-            state.users.remove(vm);
+            state.users.remove(follower);
             if state.users.is_empty() {
                 return self
                     .tags

@@ -245,3 +245,29 @@ fn a_huge_interval_does_not_overflow() {
     tags.checked(&k(R), Err(failed("refused")), t0, Duration::MAX);
     assert!(tags.take_due(t0 + S).0.is_empty());
 }
+
+#[test]
+fn a_tag_pods_run_is_checked_while_a_pod_runs_it_and_reconciles_only_vms() {
+    let tags = FollowedTags::default();
+    let t0 = Instant::now();
+    let pod = Follower::Pod(NamespacedName::new("dev", "web"));
+    assert_eq!(
+        tags.follow_as(&pod, vec![R.into()], t0),
+        [(k(R), Lookup::Pending)]
+    );
+    tags.follow(&vm("vm"), vec![R.into()], t0);
+    assert_eq!(tags.take_due(t0).0, [k(R)]);
+    // The digest learned: the VM is reconciled, the pod is not (it runs what it runs).
+    assert_eq!(
+        tags.checked(&k(R), Ok("sha256:1".into()), t0, S),
+        [vm("vm")]
+    );
+    tags.forget(&vm("vm"));
+    assert_eq!(
+        tags.digest(&k(R)).as_deref(),
+        Some("sha256:1"),
+        "the pod still runs it"
+    );
+    tags.forget_follower(&pod);
+    assert!(tags.is_empty());
+}
