@@ -16,6 +16,7 @@ pub mod local_registry;
 pub mod manifests;
 pub mod mapping_status;
 pub mod namespaced_name;
+pub mod neonvm;
 pub mod operator;
 pub mod preview;
 pub mod reference;

@@ -16,14 +16,16 @@
 use std::collections::{BTreeMap, HashSet};
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::Value;
 
-use crate::admission::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots};
+use crate::admission::migration_target;
+use crate::admission::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots_named};
 use crate::admission::records::{
     self, DRY_RUN, IMAGE_RULES, MAPPED, MAPPED_LABEL, ORIGINAL_IMAGES, Records, SKIP_LABEL,
     string_map,
 };
+use crate::neonvm::{self, RunnerOwner};
 use crate::reference::Reference;
 use crate::rules::{Mode, Requester, RuleRef, RuleSet};
 use crate::vm_images::{ImageSlot, SlotResolution, resolve_slot};
@@ -39,7 +41,7 @@ pub enum Change<'a> {
 }
 
 /// One pod's admission request, as the pure core needs it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct PodRequest<'a> {
     pub namespace: &'a str,
     /// The labels of the pod's namespace (with `kubernetes.io/metadata.name`).
@@ -47,7 +49,14 @@ pub struct PodRequest<'a> {
     /// The pod as the request carries it.
     pub pod: &'a Value,
     pub change: Change<'a>,
+    /// The images a NeonVM VM's runner pod runs now, by slot: what a migration's target
+    /// pod takes.
+    pub runner_images: &'a RunnerImages<'a>,
 }
+
+/// The images the runner pod of the NeonVM VM (namespace, name) runs now, by slot; `None`:
+/// not known.
+pub type RunnerImages<'a> = dyn Fn(&str, &str) -> Option<BTreeMap<String, String>> + 'a;
 
 /// What admission concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,31 +120,18 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
     let metadata = request.pod.get("metadata");
     let labels = string_map(metadata.and_then(|m| m.get("labels")));
     let annotations = string_map(metadata.and_then(|m| m.get("annotations")));
-    let spec = request.pod.get("spec").unwrap_or(&Value::Null);
-    let kinds: &[SlotKind] = match request.change {
-        Change::Create => &[SlotKind::Init, SlotKind::Container],
-        Change::EphemeralContainers { .. } => &[SlotKind::Ephemeral],
+    let runner = metadata.and_then(neonvm::runner_owner);
+    let slots = match slots_to_map(request, runner.is_some()) {
+        Ok(slots) => slots,
+        Err(left) => return left,
     };
-    let mut slots = pod_slots(spec, kinds);
-    if slots.len() > MAX_SLOTS {
-        return Decision::unchanged(vec![format!(
-            "imagemap: the pod has {} containers, over the {MAX_SLOTS} admission maps: it is not mapped",
-            slots.len()
-        )]);
-    }
-    let duplicates = duplicate_keys(&slots);
-    if !duplicates.is_empty() {
-        return Decision::unchanged(vec![format!(
-            "imagemap: containers share names ({}): the pod is not mapped",
-            duplicates.join(", ")
-        )]);
-    }
-    if let Change::EphemeralContainers { old } = request.change {
-        let before: HashSet<String> = pod_slots(old.get("spec").unwrap_or(&Value::Null), kinds)
-            .into_iter()
-            .map(|s| s.key)
-            .collect();
-        slots.retain(|s| !before.contains(&s.key));
+    if let (Change::Create, Some(RunnerOwner::Migration { vm })) = (request.change, &runner) {
+        let source = vm
+            .as_deref()
+            .and_then(|vm| (request.runner_images)(request.namespace, vm));
+        if let Some(source) = source {
+            return migration_target::decide(&slots, &source);
+        }
     }
     let who = Requester {
         namespace: request.namespace,
@@ -200,6 +196,44 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
         unpinned,
         dry_run,
     }
+}
+
+/// The slots admission maps in `request`'s pod (a NeonVM runner pod's named by the VM's
+/// slots), or the decision to leave the pod as it is.
+fn slots_to_map(request: &PodRequest<'_>, runner: bool) -> Result<Vec<PodSlot>, Decision> {
+    let spec = request.pod.get("spec").unwrap_or(&Value::Null);
+    let kinds: &[SlotKind] = match request.change {
+        Change::Create => &[SlotKind::Init, SlotKind::Container],
+        Change::EphemeralContainers { .. } => &[SlotKind::Ephemeral],
+    };
+    let naming = if runner {
+        neonvm::runner_slot
+    } else {
+        SlotKind::key
+    };
+    let mut slots = pod_slots_named(spec, kinds, naming);
+    if slots.len() > MAX_SLOTS {
+        return Err(Decision::unchanged(vec![format!(
+            "imagemap: the pod has {} containers, over the {MAX_SLOTS} admission maps: it is not mapped",
+            slots.len()
+        )]));
+    }
+    let duplicates = duplicate_keys(&slots);
+    if !duplicates.is_empty() {
+        return Err(Decision::unchanged(vec![format!(
+            "imagemap: containers share names ({}): the pod is not mapped",
+            duplicates.join(", ")
+        )]));
+    }
+    if let Change::EphemeralContainers { old } = request.change {
+        let before: HashSet<String> =
+            pod_slots_named(old.get("spec").unwrap_or(&Value::Null), kinds, naming)
+                .into_iter()
+                .map(|s| s.key)
+                .collect();
+        slots.retain(|s| !before.contains(&s.key));
+    }
+    Ok(slots)
 }
 
 /// The containers of a pod as admission resolved them, and what it has to say.
@@ -286,17 +320,7 @@ fn image_ops(mapped: &[Mapped]) -> Vec<PatchOperation> {
     mapped
         .iter()
         .filter(|m| m.image != m.slot.image)
-        .map(|m| {
-            PatchOperation::Replace(ReplaceOperation {
-                path: PointerBuf::from_tokens([
-                    "spec",
-                    m.slot.kind.field(),
-                    &m.slot.index.to_string(),
-                    "image",
-                ]),
-                value: Value::String(m.image.clone()),
-            })
-        })
+        .map(|m| m.slot.set_image(&m.image))
         .collect()
 }
 
@@ -322,15 +346,22 @@ fn rule_of(m: &Mapped) -> String {
         .map_or_else(|| "no rule".to_string(), ToString::to_string)
 }
 
-/// Resolves one container; it keeps its image when the rules cannot map it.
-fn map_container(
+/// What admission makes of `requested` in `slot` for `who`: the resolution, and the image
+/// the container runs after it — `None` when the rules cannot map it (it then runs what it
+/// names) — and whether a followed tag was pinned.
+#[must_use]
+pub fn admitted(
     rules: &RuleSet,
     who: &Requester<'_>,
-    slot: PodSlot,
-    requested: String,
+    slot: &str,
+    requested: &str,
     digest_of: &DigestOf<'_>,
-) -> Mapped {
-    let mut resolution = resolve_slot(rules, image_slot(&slot, &requested), who, Mode::Live);
+) -> (SlotResolution, Option<String>, bool) {
+    let image_slot = ImageSlot {
+        slot: slot.to_string(),
+        requested: requested.to_string(),
+    };
+    let mut resolution = resolve_slot(rules, image_slot, who, Mode::Live);
     let mut pinned = false;
     if let (Ok(resolved), true) = (&resolution.outcome, resolution.follow_tag) {
         resolution.digest = digest_of(resolved, resolution.rule.as_ref(), who.namespace);
@@ -339,16 +370,33 @@ fn map_container(
     // A reference the rules leave as it is keeps the requester's spelling.
     let unchanged = |resolved: &str| {
         resolution.digest.is_none()
-            && Reference::parse_normalized(&requested).is_ok_and(|r| r.to_string() == resolved)
+            && Reference::parse_normalized(requested).is_ok_and(|r| r.to_string() == resolved)
     };
     let image = match &resolution.outcome {
-        Ok(resolved) if resolution.rule.is_none() || unchanged(resolved) => requested.clone(),
-        Ok(_) => resolution
-            .image()
-            .pod_image()
-            .unwrap_or_else(|| requested.clone()),
-        Err(_) => slot.image.clone(),
+        Ok(resolved) if resolution.rule.is_none() || unchanged(resolved) => {
+            Some(requested.to_string())
+        }
+        Ok(_) => Some(
+            resolution
+                .image()
+                .pod_image()
+                .unwrap_or_else(|| requested.to_string()),
+        ),
+        Err(_) => None,
     };
+    (resolution, image, pinned)
+}
+
+/// Resolves one container; it keeps its image when the rules cannot map it.
+fn map_container(
+    rules: &RuleSet,
+    who: &Requester<'_>,
+    slot: PodSlot,
+    requested: String,
+    digest_of: &DigestOf<'_>,
+) -> Mapped {
+    let (resolution, image, pinned) = admitted(rules, who, &slot.key, &requested, digest_of);
+    let image = image.unwrap_or_else(|| slot.image.clone());
     Mapped {
         slot,
         requested,

@@ -3,6 +3,8 @@
 //! container and ephemeral container with its image, keyed the same way everywhere —
 //! `name` for a container, `init:name` and `ephemeral:name` for the others.
 
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{PatchOperation, ReplaceOperation};
 use serde_json::Value;
 
 /// Which list of the pod spec a container is in.
@@ -38,7 +40,8 @@ impl SlotKind {
 /// One container's image, and where it is in the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodSlot {
-    /// `name`, `init:name` or `ephemeral:name`.
+    /// `name`, `init:name` or `ephemeral:name` (for a NeonVM runner pod, the VM's slot:
+    /// `rootDisk`, `kernel`, `extraInitContainers/name`, `runner`).
     pub key: String,
     pub kind: SlotKind,
     /// Its position in its list.
@@ -47,11 +50,37 @@ pub struct PodSlot {
     pub image: String,
 }
 
+impl PodSlot {
+    /// The patch operation that makes this container run `image`.
+    #[must_use]
+    pub fn set_image(&self, image: &str) -> PatchOperation {
+        PatchOperation::Replace(ReplaceOperation {
+            path: PointerBuf::from_tokens([
+                "spec",
+                self.kind.field(),
+                &self.index.to_string(),
+                "image",
+            ]),
+            value: Value::String(image.to_string()),
+        })
+    }
+}
+
 /// The slots of `spec` (a pod's `spec`) of the given kinds, in pod order. A container
 /// without a name or an image has no slot: the API server refuses such a pod after
 /// admission.
 #[must_use]
 pub fn pod_slots(spec: &Value, kinds: &[SlotKind]) -> Vec<PodSlot> {
+    pod_slots_named(spec, kinds, SlotKind::key)
+}
+
+/// [`pod_slots`], each keyed by `naming` (a NeonVM runner pod's by the VM's slots).
+#[must_use]
+pub fn pod_slots_named(
+    spec: &Value,
+    kinds: &[SlotKind],
+    naming: fn(SlotKind, &str) -> String,
+) -> Vec<PodSlot> {
     let mut out = Vec::new();
     for &kind in kinds {
         let Some(list) = spec.get(kind.field()).and_then(Value::as_array) else {
@@ -62,7 +91,7 @@ pub fn pod_slots(spec: &Value, kinds: &[SlotKind]) -> Vec<PodSlot> {
             let image = container.get("image").and_then(Value::as_str);
             if let (Some(name), Some(image)) = (name, image) {
                 out.push(PodSlot {
-                    key: kind.key(name),
+                    key: naming(kind, name),
                     kind,
                     index,
                     image: image.to_string(),

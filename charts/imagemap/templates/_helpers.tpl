@@ -55,3 +55,13 @@ operator.namespaces binds imagemap-operator in namespaces only). */}}
   resourceNames: [{{ .Values.operator.webhookConfiguration | default "imagemap" }}]
   verbs: [get, list, watch, patch]
 {{- end }}
+
+{{/* The ClusterRole rule for NeonVM's CRD: cluster-scoped, like the webhook's. */}}
+{{- define "imagemap.neonvmCrdRule" }}
+# NeonVM's VirtualMachine CRD, by name only (a list and watch with a fieldSelector on
+# metadata.name): NeonVM is found at run time, also when it is installed later.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  resourceNames: [virtualmachines.vm.neon.tech]
+  verbs: [list, watch]
+{{- end }}

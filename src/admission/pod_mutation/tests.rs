@@ -49,6 +49,10 @@ fn no_digest(_: &str, _: Option<&RuleRef>, _: &str) -> Option<String> {
     None
 }
 
+fn no_runner(_: &str, _: &str) -> Option<BTreeMap<String, String>> {
+    None
+}
+
 fn pod(spec: &Value) -> Value {
     json!({"metadata": {"name": "p", "namespace": "dev"}, "spec": spec})
 }
@@ -62,6 +66,7 @@ fn decide_create(set: &RuleSet, pod: &Value) -> Decision {
             namespace_labels: &labels,
             pod,
             change: Change::Create,
+            runner_images: &no_runner,
         },
         &no_digest,
     )
@@ -272,6 +277,7 @@ fn a_followed_tag_is_pinned_from_memory_or_admitted_as_written_and_counted() {
             namespace_labels: &labels,
             pod: &p,
             change: Change::Create,
+            runner_images: &no_runner,
         },
         &known,
     );
@@ -307,6 +313,7 @@ fn only_the_ephemeral_containers_a_request_adds_are_mapped_and_told_in_warnings(
             namespace_labels: &labels,
             pod: &new,
             change: Change::EphemeralContainers { old: &old },
+            runner_images: &no_runner,
         },
         &no_digest,
     );
@@ -404,4 +411,90 @@ fn warnings_and_containers_are_bounded() {
     let d = decide_create(&set, &pod(&json!({"containers": many})));
     assert!(d.patch.0.is_empty());
     assert!(d.warnings[0].contains("over the 512"), "{:?}", d.warnings);
+}
+
+/// A NeonVM runner pod of VM `compute` (or a migration's target pod), with a root disk, a
+/// kernel and the runner.
+fn runner_pod(controller: &str) -> Value {
+    json!({
+        "metadata": {"name": "compute-x", "namespace": "dev", "ownerReferences": [
+            {"apiVersion": "vm.neon.tech/v1", "kind": controller, "name": "move-or-compute",
+             "uid": "u", "controller": true},
+            {"apiVersion": "vm.neon.tech/v1", "kind": "VirtualMachine", "name": "compute", "uid": "v"}]},
+        "spec": {
+            "initContainers": [{"name": "init", "image": "busybox:1"},
+                               {"name": "init-kernel", "image": "kernel:1"}],
+            "containers": [{"name": "neonvm-runner", "image": "runner:1"}],
+        },
+    })
+}
+
+#[test]
+fn a_neonvm_runner_pod_is_mapped_by_the_vms_slots() {
+    let set = rules(&[repository_mapping(
+        "m",
+        "busybox",
+        "mirror.io/busybox",
+        false,
+    )]);
+    let p = runner_pod("VirtualMachine");
+    let d = decide_create(&set, &p);
+    let after = patched(&p, &d);
+    assert_eq!(
+        after["spec"]["initContainers"][0]["image"],
+        "mirror.io/busybox:1"
+    );
+    let originals: BTreeMap<String, String> = serde_json::from_str(
+        after["metadata"]["annotations"][ORIGINAL_IMAGES]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        originals,
+        BTreeMap::from([("rootDisk".to_string(), "busybox:1".to_string())])
+    );
+}
+
+#[test]
+fn a_migrations_target_pod_runs_what_its_source_runs_not_what_the_rules_say() {
+    let set = rules(&[repository_mapping(
+        "m",
+        "busybox",
+        "mirror.io/busybox",
+        false,
+    )]);
+    let p = runner_pod("VirtualMachineMigration");
+    let labels = BTreeMap::new();
+    let source = |ns: &str, vm: &str| {
+        assert_eq!((ns, vm), ("dev", "compute"));
+        Some(BTreeMap::from([
+            ("rootDisk".to_string(), "old.io/disk:7".to_string()),
+            ("runner".to_string(), "runner:1".to_string()),
+        ]))
+    };
+    let d = decide(
+        &set,
+        &PodRequest {
+            namespace: "dev",
+            namespace_labels: &labels,
+            pod: &p,
+            change: Change::Create,
+            runner_images: &source,
+        },
+        &no_digest,
+    );
+    let after = patched(&p, &d);
+    assert_eq!(after["spec"]["initContainers"][0]["image"], "old.io/disk:7");
+    assert_eq!(
+        after["spec"]["initContainers"][1]["image"], "kernel:1",
+        "not in the source: left"
+    );
+    assert_eq!(d.patch.0.len(), 1, "{:?}", d.patch);
+    // Its source unknown: the rules map it.
+    let d = decide_create(&set, &p);
+    assert_eq!(
+        patched(&p, &d)["spec"]["initContainers"][0]["image"],
+        "mirror.io/busybox:1"
+    );
 }

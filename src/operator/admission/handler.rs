@@ -19,6 +19,7 @@ use crate::admission::scope::{self, Excluded, RequestKind, Requesters, Skip};
 use crate::excerpt::excerpt;
 use crate::operator::read::digests::followed_tags::Followed;
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
+use crate::operator::read::neonvm::neonvm_state::NeonVmState;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::rules::{CompileOptions, MappingInput};
 use crate::vm_images;
@@ -37,6 +38,8 @@ pub struct Admitter {
     pub acts_in: Vec<String>,
     /// The operator's own user name (its pods are resolved already); `None`: unknown.
     pub own_user: Option<String>,
+    /// NeonVM's VMs and runner pods: what a migration's target pod takes.
+    pub neonvm: Arc<NeonVmState>,
 }
 
 /// A request the webhook cannot answer.
@@ -80,6 +83,7 @@ impl Admitter {
             excluded,
             acts_in,
             own_user: None,
+            neonvm: Arc::default(),
         }
     }
 
@@ -173,6 +177,7 @@ impl Admitter {
         let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
             self.digests.get(&Followed::of(reference, rule, ns))
         };
+        let runner_images = |ns: &str, vm: &str| self.neonvm.runner_images(ns, vm);
         Ok(pod_mutation::decide(
             &rules,
             &PodRequest {
@@ -180,6 +185,7 @@ impl Admitter {
                 namespace_labels: &namespace_labels,
                 pod: &pod,
                 change,
+                runner_images: &runner_images,
             },
             &digest_of,
         ))

@@ -111,41 +111,8 @@ pub async fn start(
     let mut tasks = Vec::new();
     // Marked once the certificate to serve (if any yet) was read.
     let certificate_read = Listed::default();
-    let (certificates, local) = match &webhook.certificate {
-        WebhookCertificate::Secret { secret, .. } => {
-            let certificates = Arc::new(Certificates::default());
-            tasks.push(tokio::spawn(secret_certificate::follow(
-                client.clone(),
-                secret.clone(),
-                Arc::clone(&certificates),
-                certificate_read.clone(),
-            )));
-            (certificates, None)
-        }
-        WebhookCertificate::Local { url, configuration } => {
-            let host = url
-                .parse::<http::Uri>()
-                .ok()
-                .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_string()))
-                .ok_or_else(|| anyhow::anyhow!("--webhook-url {url:?}: give https://HOST:PORT"))?;
-            let made = tls::self_signed(&[host], SystemTime::now(), tls::VALIDITY)?;
-            let certificates = Certificates::new(&made.cert_pem, &made.key_pem)?;
-            (
-                certificates,
-                Some((url.clone(), configuration.clone(), made.ca_pem)),
-            )
-        }
-        WebhookCertificate::Dir(dir) => {
-            let dir = CertDir(dir.clone());
-            let files = dir
-                .read()
-                .map_err(|e| anyhow::anyhow!("--webhook-cert-dir: {e}"))?;
-            let certificates = Certificates::new(&files.0, &files.1)
-                .map_err(|e| anyhow::anyhow!("--webhook-cert-dir: {e}"))?;
-            tasks.push(tokio::spawn(dir.follow(Arc::clone(&certificates), files)));
-            (certificates, None)
-        }
-    };
+    let (certificates, local) =
+        certificates(client, &webhook.certificate, &mut tasks, &certificate_read)?;
     let listener = tokio::net::TcpListener::bind(&webhook.addr)
         .await
         .map_err(|e| anyhow::anyhow!("--webhook-addr {}: {e}", webhook.addr))?;
@@ -157,10 +124,8 @@ pub async fn start(
         excluded: webhook.excluded.clone(),
         acts_in: acts_in.to_vec(),
         own_user,
+        neonvm: Arc::clone(&read.neonvm),
     };
-    if !matches!(webhook.certificate, WebhookCertificate::Secret { .. }) {
-        certificate_read.mark();
-    }
     let loaded = [
         read.rules_loaded.clone(),
         read.digests_loaded.clone(),
@@ -205,6 +170,56 @@ pub async fn start(
         registered,
         activity,
         drain: webhook.drain,
+    })
+}
+
+/// A locally made certificate's URL, configuration name and CA (`--webhook-url`).
+type Local = Option<(String, String, String)>;
+
+/// The certificate the webhook serves, from where `certificate` says, with the tasks that
+/// keep it current; `read` is marked once the certificate to serve (if any yet) was read.
+fn certificates(
+    client: &Client,
+    certificate: &WebhookCertificate,
+    tasks: &mut Vec<JoinHandle<()>>,
+    read: &Listed,
+) -> anyhow::Result<(Arc<Certificates>, Local)> {
+    Ok(match certificate {
+        WebhookCertificate::Secret { secret, .. } => {
+            let certificates = Arc::new(Certificates::default());
+            tasks.push(tokio::spawn(secret_certificate::follow(
+                client.clone(),
+                secret.clone(),
+                Arc::clone(&certificates),
+                read.clone(),
+            )));
+            (certificates, None)
+        }
+        WebhookCertificate::Local { url, configuration } => {
+            let host = url
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.host().map(|h| h.trim_matches(['[', ']']).to_string()))
+                .ok_or_else(|| anyhow::anyhow!("--webhook-url {url:?}: give https://HOST:PORT"))?;
+            let made = tls::self_signed(&[host], SystemTime::now(), tls::VALIDITY)?;
+            let certificates = Certificates::new(&made.cert_pem, &made.key_pem)?;
+            read.mark();
+            (
+                certificates,
+                Some((url.clone(), configuration.clone(), made.ca_pem)),
+            )
+        }
+        WebhookCertificate::Dir(dir) => {
+            let dir = CertDir(dir.clone());
+            let files = dir
+                .read()
+                .map_err(|e| anyhow::anyhow!("--webhook-cert-dir: {e}"))?;
+            let certificates = Certificates::new(&files.0, &files.1)
+                .map_err(|e| anyhow::anyhow!("--webhook-cert-dir: {e}"))?;
+            tasks.push(tokio::spawn(dir.follow(Arc::clone(&certificates), files)));
+            read.mark();
+            (certificates, None)
+        }
     })
 }
 

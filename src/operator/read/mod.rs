@@ -1,11 +1,13 @@
 //! The read side: what every replica reads and keeps — the watches and the caches they fill
-//! ([`watches`]), the rules in force ([`rules`]) and the digests of followed tags
-//! ([`digests`]). It calls the API server's watches only and writes nothing: the write side
-//! acts on what it keeps and on what it tells.
+//! ([`watches`]), the rules in force ([`rules`]), the digests of followed tags
+//! ([`digests`]) and NeonVM's VMs when it is installed ([`neonvm`]). It calls the API
+//! server's watches only and writes nothing: the write side acts on what it keeps and on what
+//! it tells.
 //!
 //! This file wires the read side's rooms together; they never import it.
 
 pub mod digests;
+pub mod neonvm;
 pub mod rules;
 pub mod watches;
 
@@ -30,6 +32,8 @@ use crate::runner_pod::VM_LABEL;
 use digests::digests_watcher;
 use digests::followed_tags::FollowedTags;
 use digests::verified_digests::VerifiedDigests;
+use neonvm::neonvm_state::NeonVmState;
+use neonvm::neonvm_watcher::{self, NeonVmWatcher};
 use rules::local_registry_watcher;
 use rules::rules_in_force::RulesInForce;
 use rules::rules_watcher::{self, Change, RulesChanged, RulesWatcher};
@@ -57,6 +61,8 @@ pub struct ReadSide {
     /// Marked once the leader's published digests were first read (at once when there is
     /// no other replica to publish them: this one verifies its own).
     pub digests_loaded: Listed,
+    /// NeonVM's VMs, runner pods and migrations, when its CRDs exist.
+    pub neonvm: Arc<NeonVmState>,
 }
 
 /// What the read side tells, for the write side to act on.
@@ -102,7 +108,16 @@ pub fn start(
         rules_loaded: Listed::default(),
         digests: Arc::default(),
         digests_loaded: Listed::default(),
+        neonvm: Arc::default(),
     };
+    tasks.spawn(
+        "NeonVM watcher",
+        neonvm_watcher::run(NeonVmWatcher {
+            client: client.clone(),
+            namespaces: options.namespaces.clone(),
+            state: Arc::clone(&read.neonvm),
+        }),
+    );
     if let Some(name) = &options.published_digests {
         tasks.spawn(
             "verified digests watcher",

@@ -93,6 +93,7 @@ pub async fn run(
         rules_loaded,
         digests,
         digests_loaded: _,
+        neonvm: _,
     } = read;
     let listed = caches.listed.clone();
     let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
