@@ -3,7 +3,9 @@
 //! it (JSON, so that a field this reader does not know is never lost or refused) — the image
 //! slots (root disk, kernel, extra init containers, runner, named as for imagemap's own VMs),
 //! the restart policy, the phase and runner pod of its status — and how a runner pod's
-//! containers are those slots.
+//! containers are those slots. What live reload does with a VM: [`reload`].
+
+pub mod reload;
 
 use std::collections::BTreeMap;
 

@@ -114,6 +114,11 @@ pub struct RunArgs {
     /// kube-node-lease and the operator's own; comma-separated or repeated.
     #[arg(long, value_delimiter = ',', value_name = "NS")]
     pub webhook_exclude_namespaces: Vec<String>,
+    /// The runner image NeonVM's controller gives a `vm.neon.tech` VM that names none (its
+    /// `VM_RUNNER_IMAGE`). Without it, such a VM's runner is mapped at admission all the
+    /// same, but not compared with its rules: a rule change for it is not live-reloaded.
+    #[arg(long, value_name = "IMAGE")]
+    pub neonvm_default_runner_image: Option<String>,
     /// Address of the /livez, /readyz and /metrics endpoints; `off` to serve none.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub health_addr: String,
@@ -199,6 +204,7 @@ impl RunArgs {
                 }
             }),
             webhook: self.webhook(own_namespace)?,
+            neonvm_default_runner_image: self.neonvm_default_runner_image.clone(),
             // Under leader election, the leader tells the others what it verified.
             published_digests: self.leader_elect.then(|| NamespacedName {
                 namespace: self.lease_namespace(),

@@ -39,6 +39,10 @@ pub struct Options {
     pub registry_credentials_namespaces: Vec<String>,
     /// The admission webhook; `None` serves none.
     pub webhook: Option<Webhook>,
+    /// `--neonvm-default-runner-image`: the runner image NeonVM's controller gives a VM that
+    /// names none (its `VM_RUNNER_IMAGE`); `None`: unknown, and such a VM's runner slot is
+    /// neither compared nor live-reloaded.
+    pub neonvm_default_runner_image: Option<String>,
     /// Where the leader publishes the digests it verified for every replica (under leader
     /// election); `None`: no other replica to tell.
     pub published_digests: Option<crate::namespaced_name::NamespacedName>,
@@ -120,6 +124,7 @@ impl Default for Options {
             registry_credentials: None,
             registry_credentials_namespaces: Vec::new(),
             webhook: None,
+            neonvm_default_runner_image: None,
             published_digests: None,
         }
     }

@@ -1,12 +1,14 @@
 //! The write side: what only the leader does — the VirtualMachine controller ([`vms`]:
 //! reconciles, runner pods, and what a rule change asks of them), the mappings' statuses
-//! ([`mapping_statuses`]), following tags at their registries ([`tags`]), the webhook's
-//! certificates ([`webhook_tls`]), the report of objects that cannot be read
-//! ([`unreadable_reporter`]), and the writes and Events they all make ([`writes`]). It acts on what the read side keeps and tells.
+//! ([`mapping_statuses`]), NeonVM's runner pods ([`neonvm`]), following tags at their
+//! registries ([`tags`]), the webhook's certificates ([`webhook_tls`]), the report of objects
+//! that cannot be read ([`unreadable_reporter`]), and the writes and Events they all make
+//! ([`writes`]). It acts on what the read side keeps and tells.
 //!
 //! This file wires the write side's rooms together; they never import it.
 
 pub mod mapping_statuses;
+pub mod neonvm;
 pub mod tags;
 pub mod unreadable_reporter;
 pub mod vms;
@@ -30,6 +32,7 @@ use crate::operator::read::{ReadSide, Told};
 use crate::operator::tasks::Tasks;
 use mapping_statuses::mapping_status_writer::{self, StatusWriter};
 use mapping_statuses::status_due::StatusDue;
+use neonvm::runner_reloader::{self, RunnerReloader};
 use tags::credentials_watcher::{self, CredentialsWatcher};
 use tags::digest_publisher::{self, DigestPublisher};
 use tags::pod_followers::{self, PodFollowers};
@@ -93,13 +96,14 @@ pub async fn run(
         rules_loaded,
         digests,
         digests_loaded: _,
-        neonvm: _,
+        neonvm,
     } = read;
     let listed = caches.listed.clone();
     let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
     let status_due = Arc::new(StatusDue::default());
     let memory = Arc::new(VmMemory::default());
     let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
+    let budget = Arc::new(RecreationBudget::new(options.max_recreates_per_minute));
     tasks.spawn("event sender", event_sender);
     tasks.spawn(
         "rule change reactor",
@@ -127,6 +131,21 @@ pub async fn run(
             }),
             trigger.clone(),
         ),
+    );
+    tasks.spawn(
+        "NeonVM runner reloader",
+        runner_reloader::run(RunnerReloader {
+            client: client.clone(),
+            state: neonvm,
+            rules: Arc::clone(&rules),
+            digests: Arc::clone(&digests),
+            followed: Arc::clone(&followed),
+            caches: caches.clone(),
+            recorder: recorder.clone(),
+            budget: Arc::clone(&budget),
+            default_runner: options.neonvm_default_runner_image.clone(),
+            namespaces: options.namespaces.clone(),
+        }),
     );
     if options.webhook.is_some() {
         tasks.spawn(
@@ -280,7 +299,7 @@ pub async fn run(
     };
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let reconciler = Arc::new(Reconciler {
-        budget: RecreationBudget::new(options.max_recreates_per_minute),
+        budget: Arc::clone(&budget),
         client,
         options,
         caches: caches.clone(),

@@ -80,6 +80,8 @@ pub enum Follower {
     /// A pod admitted with the tag: kept checked while it exists, so that later pods are
     /// pinned to a digest verified lately.
     Pod(NamespacedName),
+    /// A NeonVM VM (its live reload acts when the digest moves).
+    NeonVm(NamespacedName),
 }
 
 #[derive(Debug)]
@@ -305,7 +307,7 @@ impl FollowedTags {
                 .iter()
                 .filter_map(|u| match u {
                     Follower::Vm(vm) => Some(vm.clone()),
-                    Follower::Pod(_) => None,
+                    Follower::Pod(_) | Follower::NeonVm(_) => None,
                 })
                 .collect()
         };

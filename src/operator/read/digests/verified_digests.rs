@@ -25,6 +25,8 @@ pub const MAX_DOCUMENT: usize = 1 << 20;
 #[derive(Debug, Default)]
 pub struct VerifiedDigests {
     digests: RwLock<HashMap<Followed, String>>,
+    /// Counts the replacements, for whoever acts when the digests change.
+    replaced: tokio::sync::watch::Sender<u64>,
 }
 
 impl VerifiedDigests {
@@ -40,6 +42,12 @@ impl VerifiedDigests {
     /// Holds `digests` from now on, in place of what it held.
     pub fn replace(&self, digests: HashMap<Followed, String>) {
         *self.digests.write().unwrap_or_else(PoisonError::into_inner) = digests;
+        self.replaced.send_modify(|n| *n += 1);
+    }
+
+    /// Changes whenever the digests held are replaced.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.replaced.subscribe()
     }
 }
 

@@ -8,6 +8,8 @@ use crate::rules::{CompileOptions, MappingInput, RuleSet};
 #[derive(Debug, Default)]
 pub struct RulesInForce {
     current: RwLock<Arc<RuleSet>>,
+    /// Counts the recompilations, for whoever acts when the rules change.
+    compiled: tokio::sync::watch::Sender<u64>,
 }
 
 /// The rules before and after a recompilation.
@@ -24,12 +26,19 @@ impl RulesInForce {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Changes whenever the rules are recompiled.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.compiled.subscribe()
+    }
+
     /// Compiles `inputs` (reusing the regexes the rules in force compiled) and puts the
     /// result in force.
     pub fn recompile(&self, inputs: &[MappingInput], options: &CompileOptions) -> RuleChange {
         let new = Arc::new(RuleSet::compile_after(inputs, options, &self.current()));
         let mut guard = self.current.write().unwrap_or_else(PoisonError::into_inner);
         let old = std::mem::replace(&mut *guard, Arc::clone(&new));
+        drop(guard);
+        self.compiled.send_modify(|n| *n += 1);
         RuleChange { old, new }
     }
 }

@@ -76,7 +76,7 @@ pub struct Reconciler {
     pub followed: Arc<FollowedTags>,
     /// What is remembered of each VM between reconciles.
     pub memory: Arc<VmMemory>,
-    pub budget: RecreationBudget,
+    pub budget: std::sync::Arc<RecreationBudget>,
     pub recorder: EventRecorder,
     /// The VMs whose mapping counts may have changed.
     pub status_due: Arc<StatusDue>,

@@ -182,9 +182,14 @@ impl EventRecorder {
             reason,
             message,
         };
+        self.note(regarding, &ev).await;
+    }
+
+    /// Records `ev` on the object `regarding` now; a failure is logged, never fatal.
+    pub async fn note(&self, regarding: ObjectReference, ev: &VmEvent) {
         create(
             &self.client,
-            &event(&ev, regarding, &self.instance, Timestamp::now()),
+            &event(ev, regarding, &self.instance, Timestamp::now()),
             &self.failures,
         )
         .await;

@@ -1,0 +1,351 @@
+//! Live reload of NeonVM's own VirtualMachines, against the real `neonvm-controller`: a
+//! mapping change, or a followed tag pushed, replaces a live-reload VM's runner pod (NeonVM
+//! creates the next one, which the webhook maps); a VM without the label, or under
+//! `restartPolicy: Never`, keeps its pod and is told; pods NeonVM created while imagemap was
+//! down are found when it is back, and a live-reload VM's pod is replaced once. Run with
+//! `scripts/test`.
+
+#![allow(clippy::unwrap_used)] // test code
+// Each scenario reads top to bottom, as a user would go through it.
+#![allow(clippy::too_many_lines)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::neonvm::{NeonVm, RUNNER_IMAGE, vm_resource};
+use support::webhooks::WebhookOperator;
+use support::*;
+
+const ROOT_DISK: &str = "registry.test/neondatabase/vm-compute-node-v17:latest";
+
+/// A NeonVM VM `name` running [`ROOT_DISK`], live-reloaded when `live`, under `policy`.
+fn neonvm_vm(name: &str, live: bool, policy: &str) -> DynamicObject {
+    let labels = if live {
+        json!({"imagemap.dev/live-reload": "true"})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "vm.neon.tech/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "restartPolicy": policy,
+            "guest": {
+                "cpus": {"min": 1, "max": 1, "use": 1},
+                "memorySlotSize": "1Gi",
+                "memorySlots": {"min": 1, "max": 1, "use": 1},
+                "rootDisk": {"image": ROOT_DISK, "size": "1Gi"},
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// A namespace with NeonVM's controller running, and the ImageMapping `disk` mapping the
+/// root disk to `to`.
+struct Bed {
+    client: Client,
+    ns: String,
+    vms: Api<DynamicObject>,
+    pods: Api<Pod>,
+    neonvm: NeonVm,
+}
+
+impl Bed {
+    async fn start(name: &str, rule: Value) -> Bed {
+        let neonvm = NeonVm::start().await;
+        let client = client().await;
+        install_crds(&client).await;
+        let ns = fresh_namespace(&client, name).await;
+        let bed = Bed {
+            vms: Api::namespaced_with(client.clone(), &ns, &vm_resource()),
+            pods: Api::namespaced(client.clone(), &ns),
+            client,
+            ns,
+            neonvm,
+        };
+        bed.set_rule(rule).await;
+        bed
+    }
+
+    async fn set_rule(&self, rule: Value) {
+        let mapping = json!({
+            "apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping",
+            "metadata": {"name": "disk"}, "spec": {"rules": [rule]},
+        });
+        Api::<imagemap::api::ImageMapping>::namespaced(self.client.clone(), &self.ns)
+            .patch(
+                "disk",
+                &PatchParams::apply("neonvm-test").force(),
+                &Patch::Apply(&mapping),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn create(&self, vm: &DynamicObject) {
+        self.vms.create(&PostParams::default(), vm).await.unwrap();
+    }
+
+    /// The VM `name` once Running with a pod whose root disk is `disk`: (pod, restartCount).
+    async fn running_with(
+        &self,
+        name: &str,
+        disk: &str,
+        operator: &WebhookOperator,
+    ) -> (String, i64) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let vm = self.vms.get(name).await.unwrap();
+            if vm.data["status"]["phase"] == "Running"
+                && let Some(pod) = vm.data["status"]["podName"].as_str()
+                && self.disk(pod).await.as_deref() == Some(disk)
+            {
+                let restarts = vm.data["status"]["restartCount"].as_i64().unwrap_or(0);
+                return (pod.to_string(), restarts);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} never ran a pod with {disk}: {}\noperator:\n{}\ncontroller:\n{}",
+                vm.data["status"],
+                operator.process.logs(),
+                self.neonvm.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The root disk image of pod `name`.
+    async fn disk(&self, name: &str) -> Option<String> {
+        let pod = self.pods.get_opt(name).await.unwrap()?;
+        pod.spec?
+            .init_containers?
+            .into_iter()
+            .find(|c| c.name == "init")?
+            .image
+    }
+
+    /// The reasons of the Events on the NeonVM VM `name`, with their messages.
+    async fn events(&self, name: &str) -> Vec<(String, String)> {
+        Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(name)
+                    && e.involved_object.api_version.as_deref() == Some("vm.neon.tech/v1")
+            })
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect()
+    }
+
+    async fn wait_event(&self, name: &str, reason: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some((_, message)) = self
+                .events(name)
+                .await
+                .into_iter()
+                .find(|(r, _)| r == reason)
+            {
+                return message;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {reason} Event on {name}: {:?}",
+                self.events(name).await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn operator(&self, extra: &[&str]) -> WebhookOperator {
+        let mut args = vec!["--neonvm-default-runner-image", RUNNER_IMAGE];
+        args.extend_from_slice(extra);
+        WebhookOperator::start(&self.ns, ROOT_DISK, &args).await
+    }
+}
+
+fn disk_rule(to: &str) -> Value {
+    json!({"match": {"repository": "registry.test/neondatabase/vm-compute-node-v17"}, "to": to})
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_others() {
+    let bed = Bed::start("neonvm-reload", disk_rule("k3d-registry:5000/disk:tilt-1")).await;
+    let operator = bed.operator(&[]).await;
+    bed.create(&neonvm_vm("live", true, "Always")).await;
+    bed.create(&neonvm_vm("steady", false, "Always")).await;
+    bed.create(&neonvm_vm("never", true, "Never")).await;
+    let (live_pod, live_restarts) = bed
+        .running_with("live", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+    let (steady_pod, _) = bed
+        .running_with("steady", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+    let (never_pod, _) = bed
+        .running_with("never", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+
+    // A new build: the rule points at a new tag.
+    let changed = Instant::now();
+    bed.set_rule(disk_rule("k3d-registry:5000/disk:tilt-2"))
+        .await;
+    let (new_pod, restarts) = bed
+        .running_with("live", "k3d-registry:5000/disk:tilt-2", &operator)
+        .await;
+    let reloaded = changed.elapsed();
+    assert_ne!(new_pod, live_pod, "a new runner pod");
+    assert_eq!(restarts, live_restarts + 1, "NeonVM counts the restart");
+    let message = bed.wait_event("live", "RunnerPodReplaced").await;
+    assert!(
+        message.contains("tilt-1 → k3d-registry:5000/disk:tilt-2"),
+        "{message}"
+    );
+    // The others keep their pods, and are told why.
+    let steady = bed.wait_event("steady", "RestartRequired").await;
+    assert!(steady.contains("imagemap.dev/live-reload=true"), "{steady}");
+    let never = bed.wait_event("never", "RestartRequired").await;
+    assert!(never.contains("restartPolicy Never"), "{never}");
+    for (vm, pod) in [("steady", &steady_pod), ("never", &never_pod)] {
+        let now = bed.vms.get(vm).await.unwrap();
+        assert_eq!(
+            now.data["status"]["podName"].as_str(),
+            Some(pod.as_str()),
+            "{vm} kept its pod"
+        );
+        assert!(
+            bed.pods
+                .get_opt(pod)
+                .await
+                .unwrap()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+        );
+    }
+    // Replaced once: one RunnerPodReplaced, one pod of the VM.
+    let replaced = bed
+        .events("live")
+        .await
+        .into_iter()
+        .filter(|(r, _)| r == "RunnerPodReplaced")
+        .count();
+    assert_eq!(replaced, 1);
+    println!(
+        "NeonVM live reload: mapping change → the new runner pod running with the new root disk: {:.2} s",
+        reloaded.as_secs_f64()
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_followed_tag_pushed_moves_a_live_reload_vm_to_the_new_digest() {
+    let registry = support::registry::TestRegistry::start("neonvm-push").await;
+    let host = registry.host();
+    let first = registry.push("disk", "dev", "build 1");
+    let tag = format!("{host}/disk:dev");
+    let mut rule = disk_rule(&tag);
+    rule["followTag"] = json!(true);
+    let bed = Bed::start("neonvm-push", rule).await;
+    let operator = bed
+        .operator(&[
+            "--allowed-registries",
+            &host,
+            "--insecure-registries",
+            &host,
+            "--tag-poll-interval",
+            "500ms",
+        ])
+        .await;
+    bed.create(&neonvm_vm("live", true, "Always")).await;
+    // The first pod may be admitted before the leader verified the tag: it then runs the tag
+    // unpinned, and live reload replaces it with the pinned one.
+    let (pod, _) = bed
+        .running_with("live", &format!("{tag}@{first}"), &operator)
+        .await;
+    let pushed = Instant::now();
+    let second = registry.push("disk", "dev", "build 2");
+    let (next, _) = bed
+        .running_with("live", &format!("{tag}@{second}"), &operator)
+        .await;
+    let moved = pushed.elapsed();
+    assert_ne!(next, pod);
+    println!(
+        "NeonVM live reload: followed tag pushed → the new runner pod running with the new digest: {:.2} s",
+        moved.as_secs_f64()
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn pods_created_while_imagemap_was_down_are_found_and_a_live_reload_vms_is_replaced_once() {
+    let bed = Bed::start("neonvm-missed", disk_rule("k3d-registry:5000/disk:tilt-1")).await;
+    let operator = bed.operator(&[]).await;
+    bed.create(&neonvm_vm("live", true, "Always")).await;
+    bed.create(&neonvm_vm("steady", false, "Always")).await;
+    let (live_pod, _) = bed
+        .running_with("live", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+    let (steady_pod, _) = bed
+        .running_with("steady", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+    // imagemap stops (its configuration goes with it); NeonVM goes on: its pods come back
+    // unmapped.
+    drop(operator);
+    for pod in [&live_pod, &steady_pod] {
+        bed.pods.delete(pod, &Default::default()).await.unwrap();
+    }
+    let unmapped = |vm: &'static str, old: String| {
+        let bed = &bed;
+        async move {
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let now = bed.vms.get(vm).await.unwrap();
+                if let Some(pod) = now.data["status"]["podName"].as_str()
+                    && *pod != old
+                    && now.data["status"]["phase"] == "Running"
+                    && bed.disk(pod).await.as_deref() == Some(ROOT_DISK)
+                {
+                    return (
+                        pod.to_string(),
+                        now.data["status"]["restartCount"].as_i64().unwrap_or(0),
+                    );
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "NeonVM never recreated {vm}'s pod: {}",
+                    now.data["status"]
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let (live_unmapped, live_restarts) = unmapped("live", live_pod).await;
+    let (steady_unmapped, _) = unmapped("steady", steady_pod).await;
+    // imagemap is back: the live-reload VM's pod is replaced once, the other is reported.
+    let operator = bed.operator(&[]).await;
+    let (mapped, restarts) = bed
+        .running_with("live", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+    assert_ne!(mapped, live_unmapped);
+    assert_eq!(restarts, live_restarts + 1, "replaced once");
+    let steady = bed.wait_event("steady", "RestartRequired").await;
+    assert!(
+        steady.contains(&format!(
+            "rootDisk {ROOT_DISK} → k3d-registry:5000/disk:tilt-1"
+        )),
+        "{steady}"
+    );
+    assert_eq!(
+        bed.vms.get("steady").await.unwrap().data["status"]["podName"].as_str(),
+        Some(steady_unmapped.as_str())
+    );
+}
