@@ -301,7 +301,7 @@ async fn pods_created_while_imagemap_was_down_are_found_and_a_live_reload_vms_is
     // unmapped.
     drop(operator);
     for pod in [&live_pod, &steady_pod] {
-        bed.pods.delete(pod, &Default::default()).await.unwrap();
+        bed.pods.delete(pod, &kube::api::DeleteParams::default()).await.unwrap();
     }
     let unmapped = |vm: &'static str, old: String| {
         let bed = &bed;
