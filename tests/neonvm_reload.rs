@@ -301,7 +301,10 @@ async fn pods_created_while_imagemap_was_down_are_found_and_a_live_reload_vms_is
     // unmapped.
     drop(operator);
     for pod in [&live_pod, &steady_pod] {
-        bed.pods.delete(pod, &kube::api::DeleteParams::default()).await.unwrap();
+        bed.pods
+            .delete(pod, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
     }
     let unmapped = |vm: &'static str, old: String| {
         let bed = &bed;
@@ -347,5 +350,100 @@ async fn pods_created_while_imagemap_was_down_are_found_and_a_live_reload_vms_is
     assert_eq!(
         bed.vms.get("steady").await.unwrap().data["status"]["podName"].as_str(),
         Some(steady_unmapped.as_str())
+    );
+}
+
+/// A VirtualMachineMigration of the VM `vm`.
+fn migration(vm: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "vm.neon.tech/v1", "kind": "VirtualMachineMigration",
+        "metadata": {"name": format!("{vm}-move")},
+        "spec": {"vmName": vm},
+    }))
+    .unwrap()
+}
+
+fn migration_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("vm.neon.tech", "v1", "VirtualMachineMigration"),
+        "virtualmachinemigrations",
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn during_a_migration_no_runner_pod_is_deleted_and_the_target_runs_the_sources_images() {
+    let bed = Bed::start("neonvm-migrate", disk_rule("k3d-registry:5000/disk:tilt-1")).await;
+    let operator = bed.operator(&[]).await;
+    bed.create(&neonvm_vm("live", true, "Always")).await;
+    bed.create(&neonvm_vm("steady", false, "Always")).await;
+    let (live_pod, _) = bed
+        .running_with("live", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+    bed.running_with("steady", "k3d-registry:5000/disk:tilt-1", &operator)
+        .await;
+    let migrations: Api<DynamicObject> =
+        Api::namespaced_with(bed.client.clone(), &bed.ns, &migration_resource());
+    // The live-reload VM starts migrating; then the rule changes: its pod stays.
+    migrations
+        .create(&PostParams::default(), &migration("live"))
+        .await
+        .unwrap();
+    wait_for(bed.vms.clone(), "live", |vm: Option<&DynamicObject>| {
+        vm.is_some_and(|vm| {
+            matches!(
+                vm.data["status"]["phase"].as_str(),
+                Some("PreMigrating" | "Migrating")
+            )
+        })
+    })
+    .await;
+    bed.set_rule(disk_rule("k3d-registry:5000/disk:tilt-2"))
+        .await;
+    wait_until(WAIT, "live reload waits for the migration", || {
+        operator
+            .process
+            .logs()
+            .contains("live reload waits: a migration is under way")
+    })
+    .await;
+    let source = bed.pods.get(&live_pod).await.unwrap();
+    assert!(
+        source.metadata.deletion_timestamp.is_none(),
+        "the source runner pod is not deleted during the migration"
+    );
+    // A VM whose pod runs the old root disk migrates: its target pod runs what the source
+    // runs, not what the rule says now.
+    migrations
+        .create(&PostParams::default(), &migration("steady"))
+        .await
+        .unwrap();
+    let target = wait_for(
+        migrations.clone(),
+        "steady-move",
+        |m: Option<&DynamicObject>| {
+            m.is_some_and(|m| m.data["status"]["targetPodName"].as_str().is_some())
+        },
+    )
+    .await;
+    let target = target.data["status"]["targetPodName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let deadline = Instant::now() + WAIT;
+    let disk = loop {
+        if let Some(disk) = bed.disk(&target).await {
+            break disk;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no target pod {target}:\n{}",
+            bed.neonvm.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        disk, "k3d-registry:5000/disk:tilt-1",
+        "the target runs the source's root disk"
     );
 }

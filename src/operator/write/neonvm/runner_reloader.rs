@@ -59,6 +59,8 @@ struct Memory {
     replaced: Option<Replaced>,
     /// The last Event told, so that each is told once.
     told: Option<(String, String)>,
+    /// Waiting for a migration (said once).
+    waiting: bool,
 }
 
 impl RunnerReloader {
@@ -119,6 +121,13 @@ impl RunnerReloader {
             migrating,
             memory.replaced.as_ref(),
         );
+        if let Verdict::Migrating(_) = &verdict {
+            if !std::mem::replace(&mut memory.waiting, true) {
+                tracing::info!(vm = %key, pod = %pod.name, "live reload waits: a migration is under way");
+            }
+        } else {
+            memory.waiting = false;
+        }
         if let Verdict::Replace(_) = &verdict {
             if let Err(wait) = self.budget.take(&vm.namespace) {
                 tracing::info!(vm = %key, ?wait, "recreation budget spent; the runner pod waits");
