@@ -3,9 +3,11 @@
 //! it (JSON, so that a field this reader does not know is never lost or refused) — the image
 //! slots (root disk, kernel, extra init containers, runner, named as for imagemap's own VMs),
 //! the restart policy, the phase and runner pod of its status — and how a runner pod's
-//! containers are those slots. What live reload does with a VM: [`reload`].
+//! containers are those slots. What live reload does with a VM: [`reload`]; what its slots
+//! resolve to and whether its pod runs it: [`slot_status`].
 
 pub mod reload;
+pub mod slot_status;
 
 use std::collections::BTreeMap;
 

@@ -39,3 +39,35 @@ fn the_tiltfile_builds_the_image_its_mapping_rewrites_and_loads_existing_files()
     assert!(vm.spec.live_reload);
     assert!(vm.spec.guest.root_disk.image.starts_with(built));
 }
+
+#[test]
+fn the_neonvm_example_maps_what_its_vm_asks_for_both_ways() {
+    let dir = format!("{EXAMPLES}/neonvm");
+    let tiltfile = std::fs::read_to_string(format!("{dir}/Tiltfile")).unwrap();
+    assert!(tiltfile.contains("k8s_kind('ImageMapping', image_json_path='{.spec.rules[*].to}')"));
+    assert!(tiltfile.contains("docker_build('neondatabase/vm-compute-node-v17', 'compute')"));
+    assert!(std::path::Path::new(&format!("{dir}/compute/Dockerfile")).exists());
+    // The VM is NeonVM's own, opted into live reload under restartPolicy Always.
+    let vm: serde_json::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(format!("{dir}/vm.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(vm["apiVersion"], "vm.neon.tech/v1");
+    assert_eq!(vm["metadata"]["labels"]["imagemap.dev/live-reload"], "true");
+    assert_eq!(vm["spec"]["restartPolicy"], "Always");
+    let disk = vm["spec"]["guest"]["rootDisk"]["image"].as_str().unwrap();
+    for (file, follows) in [("mapping.yaml", false), ("mapping-constant-tag.yaml", true)] {
+        let manifests = Manifests::load(&[format!("{dir}/{file}").into()], "default").unwrap();
+        let rule = &manifests.image_mappings[0].spec.rules[0];
+        let repository = rule.match_.repository.as_deref().unwrap();
+        assert!(
+            disk.starts_with(&format!("{repository}:")),
+            "{file}: {repository} vs {disk}"
+        );
+        assert_eq!(rule.follow_tag, follows, "{file}");
+        if !follows {
+            // Tilt swaps the built image into the rule whose `to` names it.
+            assert_eq!(rule.to.as_deref(), Some("neondatabase/vm-compute-node-v17"));
+        }
+    }
+    assert!(tiltfile.contains("mapping-constant-tag.yaml") && tiltfile.contains("vm.yaml"));
+}

@@ -239,6 +239,55 @@ async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_ot
         .filter(|(r, _)| r == "RunnerPodReplaced")
         .count();
     assert_eq!(replaced, 1);
+    // Visible with kubectl: each slot requested → resolved, the rule, and whether the pod
+    // runs it.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_imagemap"))
+        .args([
+            "status",
+            "-n",
+            &bed.ns,
+            "--neonvm-default-runner-image",
+            RUNNER_IMAGE,
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let row = |vm: &str, slot: &str| -> String {
+        table
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{}/{vm} ", bed.ns)) && l.contains(&format!(" {slot} "))
+            })
+            .unwrap_or_else(|| panic!("no {vm} {slot} row:\n{table}"))
+            .to_string()
+    };
+    let live = row("live", "rootDisk");
+    assert!(
+        live.contains("k3d-registry:5000/disk:tilt-2")
+            && live.contains(&format!("{new_pod}: runs it")),
+        "{live}"
+    );
+    assert!(
+        live.contains(&format!("ImageMapping {}/disk rule 0", bed.ns)),
+        "{live}"
+    );
+    let steady = row("steady", "rootDisk");
+    assert!(
+        steady.contains("runs k3d-registry:5000/disk:tilt-1 (not this)"),
+        "{steady}"
+    );
+    assert!(row("live", "runner").contains("runs it"));
+    println!("imagemap status:\n{table}");
+    for vm in ["live", "steady", "never"] {
+        for (reason, message) in bed.events(vm).await {
+            println!("event on {vm}: {reason}: {message}");
+        }
+    }
     println!(
         "NeonVM live reload: mapping change → the new runner pod running with the new root disk: {:.2} s",
         reloaded.as_secs_f64()

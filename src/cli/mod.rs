@@ -8,6 +8,7 @@ pub mod preview_scope;
 mod report;
 pub mod resolve;
 pub mod run;
+pub mod status;
 pub mod table;
 
 use clap::{Parser, Subcommand};
@@ -28,4 +29,7 @@ pub enum Command {
     Crds(crds::CrdsArgs),
     /// Run the operator against the cluster of KUBECONFIG (or in-cluster credentials).
     Run(Box<run::RunArgs>),
+    /// Show what each NeonVM VirtualMachine's images resolve to now, and whether its runner
+    /// pod runs it.
+    Status(status::StatusArgs),
 }
