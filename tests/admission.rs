@@ -453,3 +453,39 @@ async fn a_tag_only_pods_follow_is_asked_of_the_leader_by_the_pod_and_later_pods
     }
     assert!(op.process.metric("imagemap_tag_checks_total") >= 1.0);
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_cluster_without_neonvm_is_ready_and_maps_pods() {
+    let e = env("admission-no-neonvm").await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(e.client.clone());
+    assert!(
+        crds.get_opt("virtualmachines.vm.neon.tech")
+            .await
+            .unwrap()
+            .is_none(),
+        "this cluster has no NeonVM"
+    );
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "busybox"}, "to": "mirror.io/busybox"}]),
+    )
+    .await;
+    // Ready (the start waits for /readyz) and mapping pods.
+    let op = WebhookOperator::start(&e.ns, "busybox", &[]).await;
+    let created = e
+        .pods
+        .create(&PostParams::default(), &pod("app", "busybox:1.36"))
+        .await
+        .unwrap();
+    assert_eq!(
+        images(&created),
+        [("app".to_string(), "mirror.io/busybox:1.36".to_string())]
+    );
+    let logs = op.process.logs();
+    assert!(
+        !logs.contains("ERROR") && !logs.contains("NeonVM's CRDs exist"),
+        "{logs}"
+    );
+}

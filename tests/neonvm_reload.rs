@@ -239,6 +239,35 @@ async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_ot
         .filter(|(r, _)| r == "RunnerPodReplaced")
         .count();
     assert_eq!(replaced, 1);
+    // The mapping's status counts NeonVM's VMs as imagemap's: three affected, two waiting
+    // for a restart.
+    let mappings: Api<imagemap::api::ImageMapping> = Api::namespaced(bed.client.clone(), &bed.ns);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let status = mappings
+            .get("disk")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if status.affected_vms == Some(3) && status.awaiting_restart_count == Some(2) {
+            let mut waiting = status.awaiting_restart.clone();
+            waiting.sort();
+            assert_eq!(
+                waiting,
+                [
+                    format!("{}/vm.neon.tech/never", bed.ns),
+                    format!("{}/vm.neon.tech/steady", bed.ns)
+                ]
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mapping's status never counted the NeonVM VMs: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Visible with kubectl: each slot requested → resolved, the rule, and whether the pod
     // runs it.
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_imagemap"))

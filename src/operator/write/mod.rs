@@ -136,7 +136,8 @@ pub async fn run(
         "NeonVM runner reloader",
         runner_reloader::run(RunnerReloader {
             client: client.clone(),
-            state: neonvm,
+            state: Arc::clone(&neonvm),
+            status_due: Arc::clone(&status_due),
             rules: Arc::clone(&rules),
             digests: Arc::clone(&digests),
             followed: Arc::clone(&followed),
@@ -255,6 +256,7 @@ pub async fn run(
             due: Arc::clone(&status_due),
             progress: Arc::clone(&progress),
             metrics: Arc::clone(&metrics),
+            neonvm: Arc::clone(&neonvm),
         }),
     );
     // What the rooms remember of a VM goes with it.

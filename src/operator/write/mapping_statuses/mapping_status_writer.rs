@@ -14,17 +14,22 @@ use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::conditions;
 use crate::mapping_status::{self, MappingView, VmCount, VmTally};
 use crate::namespaced_name::NamespacedName;
+use crate::neonvm::reload::LIVE_RELOAD_LABEL;
+use crate::neonvm::slot_status::slot_statuses;
+use crate::neonvm::{self, RestartPolicy};
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::observe::progress::Progress;
 use crate::operator::options::Options;
 use crate::operator::read::digests::followed_tags::FollowedTags;
+use crate::operator::read::neonvm::neonvm_state::NeonVmState;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;
 use crate::operator::write::mapping_statuses::status_due::StatusDue;
 use crate::operator::write::writes::requests::{Written, apply_status};
 use crate::rule_change;
+use crate::rules::Requester;
 use crate::rules::{MappingKey, Mode, RuleSet, Scope};
-use crate::vm_images::{Resolutions, VmView};
+use crate::vm_images::{self, Resolutions, VmResolution, VmView};
 use crate::vm_plan;
 
 /// How long a burst of VM reconciles is gathered into one status pass.
@@ -43,6 +48,8 @@ pub struct StatusWriter {
     pub due: Arc<StatusDue>,
     pub progress: Arc<Progress>,
     pub metrics: Arc<Metrics>,
+    /// NeonVM's VMs, counted beside imagemap's.
+    pub neonvm: Arc<NeonVmState>,
 }
 
 /// Runs one status pass each time [`StatusWriter::due`] is notified.
@@ -71,6 +78,8 @@ pub async fn run(ctx: StatusWriter) {
 struct Counted {
     tally: VmTally,
     rules: Option<Arc<RuleSet>>,
+    /// The NeonVM VMs counted (keyed `vm.neon.tech/NAME` in the tally).
+    neonvm: HashSet<NamespacedName>,
 }
 
 impl Counted {
@@ -85,6 +94,14 @@ impl Counted {
     ) {
         let mut due: HashSet<NamespacedName> = ctx.due.take();
         let runner = ctx.options.default_runner_image.as_str();
+        let neonvm_due = ctx.due.take_neonvm()
+            || self
+                .rules
+                .as_ref()
+                .is_none_or(|old| !Arc::ptr_eq(old, rules));
+        if neonvm_due {
+            self.count_neonvm(ctx, rules);
+        }
         match &self.rules {
             None => {
                 let scope = ctx.caches.vms_in_scope(&ctx.options);
@@ -144,6 +161,50 @@ impl Counted {
             let count = VmCount::of(resolution, preview, dry_runs, awaiting);
             self.tally.set(name.clone(), Some(count));
         }
+    }
+}
+
+impl Counted {
+    /// Counts every NeonVM VM again (they are few; each is keyed `vm.neon.tech/NAME`), and
+    /// forgets those gone.
+    fn count_neonvm(&mut self, ctx: &StatusWriter, rules: &Arc<RuleSet>) {
+        let mut now = HashSet::new();
+        for vm in ctx.neonvm.vms() {
+            if !ctx.options.acts_in(&vm.namespace) {
+                continue;
+            }
+            let key = NamespacedName::new(&vm.namespace, &format!("{}/{}", neonvm::GROUP, vm.name));
+            let labels = ctx.caches.namespace_labels(&vm.namespace);
+            let runner = ctx.options.neonvm_default_runner_image.as_deref();
+            let who = Requester {
+                namespace: &vm.namespace,
+                labels: &vm.labels,
+                namespace_labels: &labels,
+                namespace_rules: true,
+            };
+            let resolution = VmResolution {
+                slots: vm
+                    .slots(runner)
+                    .into_iter()
+                    .map(|slot| vm_images::resolve_slot(rules, slot, &who, Mode::Live))
+                    .collect(),
+            };
+            let pod = ctx.neonvm.runner_pod(&vm).map(|p| p.images);
+            // Live reload replaces the pod only under restartPolicy Always.
+            let reloads = vm.labels.get(LIVE_RELOAD_LABEL).map(String::as_str) == Some("true")
+                && vm.restart_policy == RestartPolicy::Always;
+            let awaiting = !reloads
+                && slot_statuses(&vm, pod.as_ref(), rules, &labels, runner)
+                    .iter()
+                    .any(|s| s.running.is_some() && s.resolved.is_some() && !s.current);
+            let count = VmCount::of(&resolution, None, &BTreeSet::new(), awaiting);
+            self.tally.set(key.clone(), Some(count));
+            now.insert(key);
+        }
+        for gone in self.neonvm.difference(&now) {
+            self.tally.set(gone.clone(), None);
+        }
+        self.neonvm = now;
     }
 }
 

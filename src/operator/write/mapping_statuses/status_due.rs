@@ -3,6 +3,7 @@
 //! that the rules did. The status writer takes them at its next pass.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -14,6 +15,8 @@ use crate::namespaced_name::NamespacedName;
 pub struct StatusDue {
     wake: Notify,
     vms: Mutex<HashSet<NamespacedName>>,
+    /// NeonVM's VMs or their runner pods changed since the last pass.
+    neonvm: AtomicBool,
 }
 
 impl StatusDue {
@@ -32,6 +35,17 @@ impl StatusDue {
     /// pass is to be tried again.
     pub fn mappings(&self) {
         self.wake.notify_one();
+    }
+
+    /// NeonVM's VMs or their runner pods changed: the next pass counts them again.
+    pub fn neonvm(&self) {
+        self.neonvm.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// Whether NeonVM's VMs changed since the last call.
+    pub fn take_neonvm(&self) -> bool {
+        self.neonvm.swap(false, Ordering::Relaxed)
     }
 
     /// Waits until a pass is due.

@@ -28,6 +28,7 @@ use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::neonvm::neonvm_state::NeonVmState;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;
+use crate::operator::write::mapping_statuses::status_due::StatusDue;
 use crate::operator::write::vms::recreation_budget::RecreationBudget;
 use crate::operator::write::writes::events::EventRecorder;
 use crate::rules::Requester;
@@ -47,6 +48,8 @@ pub struct RunnerReloader {
     pub caches: Caches,
     pub recorder: EventRecorder,
     pub budget: Arc<RecreationBudget>,
+    /// The mapping statuses count NeonVM's VMs: told when they change.
+    pub status_due: Arc<StatusDue>,
     /// `--neonvm-default-runner-image`: what a VM without `runnerImage` runs.
     pub default_runner: Option<String>,
     /// The namespaces the operator acts in (empty: all).
@@ -212,7 +215,7 @@ pub async fn run(reloader: RunnerReloader) {
             reloader.look(vm, memory.entry(key).or_default()).await;
         }
         tokio::select! {
-            () = reloader.state.changed.notified() => {}
+            () = reloader.state.changed.notified() => reloader.status_due.neonvm(),
             _ = rules.changed() => {}
             _ = digests.changed() => {}
             () = tokio::time::sleep(LOOK_AGAIN) => {}
