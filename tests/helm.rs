@@ -212,6 +212,7 @@ fn every_operator_flag_is_reachable_from_values_and_the_schema_matches_the_flags
         "localRegistryVantage": "host",
         "webhookAddr": "0.0.0.0:9443", "webhookCertDir": "/certs", "webhookUrl": "https://x:1",
         "webhookConfiguration": "w", "webhookDrainSeconds": 5, "webhookExcludeNamespaces": ["ops"],
+        "neonvmDefaultRunnerImage": "r.io/neonvm-runner:1",
     });
     let mut sets: Vec<String> = values
         .as_object()
