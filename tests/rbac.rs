@@ -263,6 +263,12 @@ impl Private {
                 name: CREDENTIALS_SECRET.into(),
             }),
             registry_credentials_namespaces: vec![ns.to_string()],
+            // Under leader election the leader publishes the digests it verified beside its
+            // Lease, as `--leader-elect` sets it.
+            published_digests: Some(imagemap::namespaced_name::NamespacedName::new(
+                SYSTEM_NS,
+                PUBLISHED_DIGESTS,
+            )),
             // The install's webhook: the leader keeps its Secret and configuration.
             webhook: Some(Webhook {
                 addr: format!("127.0.0.1:{}", free_port()),
@@ -283,6 +289,8 @@ impl Private {
 }
 
 const WEBHOOK_SECRET: &str = "imagemap-webhook-tls";
+/// The ConfigMap the leader publishes the digests it verified in.
+const PUBLISHED_DIGESTS: &str = "imagemap-digests";
 const WEBHOOK_CONFIGURATION: &str = "imagemap";
 
 /// Empties the install's webhook Secret and the configuration's `caBundle`, as installed.
@@ -353,6 +361,11 @@ async fn scenario(
 ) -> Result<(), String> {
     let ns = fresh_namespace(admin, "rbac").await;
     reset_webhook(admin).await;
+    // Published anew by each scenario's leader (created, then patched).
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), SYSTEM_NS);
+    let _ = configmaps
+        .delete(PUBLISHED_DIGESTS, &DeleteParams::default())
+        .await;
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     namespaces
         .patch(
@@ -450,6 +463,14 @@ async fn scenario(
     wait!("a pod pinned to the digest the private registry holds", {
         let p = pods.list(&private_list).await.unwrap().items;
         p.len() == 1 && pod_disk(&p).as_deref() == Some(pinned.as_str())
+    });
+    wait!("the verified digest published for every replica", {
+        configmaps
+            .get_opt(PUBLISHED_DIGESTS)
+            .await
+            .unwrap()
+            .and_then(|cm| cm.data)
+            .is_some_and(|data| data.values().any(|v| v.contains(&private.digest)))
     });
     wait!("VM status naming the ClusterImageMapping", {
         let v = vms.get("vm").await.unwrap();
