@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::admission::pod_slots::SlotKind;
+use crate::admission::records::SKIP_LABEL;
+use crate::rules::Requester;
 use crate::vm_images::{ImageSlot, SLOT_EXTRA_PREFIX, SLOT_KERNEL, SLOT_ROOT_DISK, SLOT_RUNNER};
 
 /// NeonVM's API group.
@@ -128,6 +130,21 @@ impl NeonVm {
         slots
     }
 
+    /// Who asks for the VM's images, as admission sees its runner pod: NeonVM copies the VM's
+    /// labels onto it, `imagemap.dev/skip` included.
+    #[must_use]
+    pub fn requester<'a>(
+        &'a self,
+        namespace_labels: &'a BTreeMap<String, String>,
+    ) -> Requester<'a> {
+        Requester {
+            namespace: &self.namespace,
+            labels: &self.labels,
+            namespace_labels,
+            namespace_rules: self.labels.get(SKIP_LABEL).map(String::as_str) != Some("true"),
+        }
+    }
+
     /// Whether a migration is under way by the VM's phase.
     #[must_use]
     pub fn migrating(&self) -> bool {
@@ -147,6 +164,19 @@ pub fn runner_slot(kind: SlotKind, name: &str) -> String {
         (SlotKind::Container, RUNNER_CONTAINER) => SLOT_RUNNER.into(),
         (kind, other) => kind.key(other),
     }
+}
+
+/// The images a runner pod runs, by the VM's slots.
+#[must_use]
+pub fn runner_images(pod: &k8s_openapi::api::core::v1::Pod) -> BTreeMap<String, String> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeMap::new();
+    };
+    let init = spec.init_containers.iter().flatten();
+    init.map(|c| (SlotKind::Init, c))
+        .chain(spec.containers.iter().map(|c| (SlotKind::Container, c)))
+        .filter_map(|(kind, c)| Some((runner_slot(kind, &c.name), c.image.clone()?)))
+        .collect()
 }
 
 /// Who controls a pod, by its controller owner reference (`metadata.ownerReferences`): a

@@ -231,14 +231,6 @@ async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_ot
                 .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
         );
     }
-    // Replaced once: one RunnerPodReplaced, one pod of the VM.
-    let replaced = bed
-        .events("live")
-        .await
-        .into_iter()
-        .filter(|(r, _)| r == "RunnerPodReplaced")
-        .count();
-    assert_eq!(replaced, 1);
     // The mapping's status counts NeonVM's VMs as imagemap's: three affected, two waiting
     // for a restart.
     let mappings: Api<imagemap::api::ImageMapping> = Api::namespaced(bed.client.clone(), &bed.ns);
@@ -312,6 +304,24 @@ async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_ot
     );
     assert!(row("live", "runner").contains("runs it"));
     println!("imagemap status:\n{table}");
+    // Replaced once, checked after everything else waited: one RunnerPodReplaced, the same
+    // pod still running, no further restart.
+    let replaced = bed
+        .events("live")
+        .await
+        .into_iter()
+        .filter(|(r, _)| r == "RunnerPodReplaced")
+        .count();
+    assert_eq!(replaced, 1);
+    let now = bed.vms.get("live").await.unwrap();
+    assert_eq!(
+        now.data["status"]["podName"].as_str(),
+        Some(new_pod.as_str())
+    );
+    assert_eq!(
+        now.data["status"]["restartCount"].as_i64().unwrap_or(0),
+        restarts
+    );
     for vm in ["live", "steady", "never"] {
         for (reason, message) in bed.events(vm).await {
             println!("event on {vm}: {reason}: {message}");
@@ -428,6 +438,16 @@ async fn pods_created_while_imagemap_was_down_are_found_and_a_live_reload_vms_is
     assert_eq!(
         bed.vms.get("steady").await.unwrap().data["status"]["podName"].as_str(),
         Some(steady_unmapped.as_str())
+    );
+    // Still replaced once after the other VM's report came.
+    let live = bed.vms.get("live").await.unwrap();
+    assert_eq!(
+        live.data["status"]["podName"].as_str(),
+        Some(mapped.as_str())
+    );
+    assert_eq!(
+        live.data["status"]["restartCount"].as_i64().unwrap_or(0),
+        restarts
     );
 }
 

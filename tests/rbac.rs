@@ -679,8 +679,8 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
         )
         .collect();
     // Rules this scenario cannot exercise: no OwnerReferencesPermissionEnforcement
-    // admission plugin runs here, so nothing needs virtualmachines/finalizers; NeonVM's are
-    // exercised with its real controller (tests/neonvm.rs).
+    // admission plugin runs here, so nothing needs virtualmachines/finalizers; NeonVM's two
+    // rules are not reached by this scenario (no NeonVM runs in it).
     let unprovable = [
         "virtualmachines/finalizers",
         "virtualmachinemigrations",

@@ -121,16 +121,23 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
     let labels = string_map(metadata.and_then(|m| m.get("labels")));
     let annotations = string_map(metadata.and_then(|m| m.get("annotations")));
     let runner = metadata.and_then(neonvm::runner_owner);
-    let slots = match slots_to_map(request, runner.is_some()) {
+    let mut slots = match slots_to_map(request, runner.is_some()) {
         Ok(slots) => slots,
         Err(left) => return left,
     };
+    // A migration's target runs its source's images in the slots the source has; any
+    // other container (an owner reference anyone can write) goes through the rules.
+    let mut migrated = Vec::new();
     if let (Change::Create, Some(RunnerOwner::Migration { vm })) = (request.change, &runner) {
         let source = vm
             .as_deref()
             .and_then(|vm| (request.runner_images)(request.namespace, vm));
         if let Some(source) = source {
-            return migration_target::decide(&slots, &source);
+            let (from_source, rest): (Vec<PodSlot>, Vec<PodSlot>) = slots
+                .into_iter()
+                .partition(|s: &PodSlot| source.contains_key(&s.key));
+            migrated = migration_target::ops(&from_source, &source);
+            slots = rest;
         }
     }
     let who = Requester {
@@ -147,7 +154,8 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
         dry_run,
     } = resolve_all(rules, &who, slots, &recorded, digest_of);
     let mut ops = image_ops(&mapped);
-    let rewritten = mapped.iter().filter(|m| m.image != m.requested).count();
+    let rewritten = mapped.iter().filter(|m| m.image != m.requested).count() + migrated.len();
+    ops.extend(migrated);
     if let Change::EphemeralContainers { .. } = request.change {
         for m in mapped.iter().filter(|m| m.image != m.requested) {
             warnings.add(|| {

@@ -17,15 +17,8 @@ use crate::preview::{PodAction, Preview, SlotChange, VmPreview, preview};
 /// Runs the preview; returns the exit status: 2 when the cluster or a file cannot be read,
 /// 1 when the change brings new problems (or, with `--exit-code`, changes anything), else 0.
 pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(err, "error: no async runtime: {e}");
-            return EXIT_USAGE;
-        }
+    let Some(runtime) = super::resolve::runtime(err) else {
+        return EXIT_USAGE;
     };
     let target = Target {
         kubeconfig: args.cluster.kubeconfig.clone(),

@@ -104,17 +104,38 @@ pub const EXIT_PROBLEMS: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
 
 impl ResolveArgs {
-    /// How the rules are compiled: as the operator does with `--allowed-registries` when
-    /// given, else anywhere.
+    /// How the rules are compiled: as the operator does with `--allowed-registries`.
     #[must_use]
     pub fn compile_options(&self) -> CompileOptions {
-        if self.allowed_registries.is_empty() {
-            return CompileOptions::default();
-        }
-        CompileOptions {
-            allowed_registries: AllowedRegistries::only(self.allowed_registries.clone()),
-            follow_needs_list: true,
-            local_registry: None,
+        compile_options(&self.allowed_registries)
+    }
+}
+
+/// How the rules are compiled: as the operator does with `--allowed-registries allowed`
+/// when given, else anywhere.
+#[must_use]
+pub fn compile_options(allowed: &[String]) -> CompileOptions {
+    if allowed.is_empty() {
+        return CompileOptions::default();
+    }
+    CompileOptions {
+        allowed_registries: AllowedRegistries::only(allowed.to_vec()),
+        follow_needs_list: true,
+        local_registry: None,
+    }
+}
+
+/// A runtime for the commands that read the cluster; `None` (said on `err`) when there is
+/// none.
+pub fn runtime(err: &mut dyn Write) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let _ = writeln!(err, "error: no async runtime: {e}");
+            None
         }
     }
 }

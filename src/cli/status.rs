@@ -17,15 +17,12 @@ use serde::Serialize;
 
 use super::cluster::{self, Target};
 use super::preview_scope::Scope;
-use super::resolve::{EXIT_OK, EXIT_USAGE, Output};
+use super::resolve::{EXIT_OK, EXIT_USAGE, Output, compile_options, runtime};
 use super::table;
-use crate::admission::pod_slots::SlotKind;
-use crate::allowed_registries::AllowedRegistries;
 use crate::excerpt::excerpt;
 use crate::neonvm::reload::LIVE_RELOAD_LABEL;
 use crate::neonvm::slot_status::{SlotStatus, slot_statuses};
 use crate::neonvm::{self, NeonVm};
-use crate::rules::CompileOptions;
 
 /// Arguments of `imagemap status`.
 #[derive(Debug, clap::Args)]
@@ -64,18 +61,6 @@ struct VmStatus {
     /// Its runner pod, if it has one.
     pod: Option<String>,
     slots: Vec<SlotStatus>,
-}
-
-/// A runner pod's images by slot.
-fn pod_images(pod: &Pod) -> BTreeMap<String, String> {
-    let Some(spec) = pod.spec.as_ref() else {
-        return BTreeMap::new();
-    };
-    let init = spec.init_containers.iter().flatten();
-    init.map(|c| (SlotKind::Init, c))
-        .chain(spec.containers.iter().map(|c| (SlotKind::Container, c)))
-        .filter_map(|(kind, c)| Some((neonvm::runner_slot(kind, &c.name), c.image.clone()?)))
-        .collect()
 }
 
 /// The VMs of `scope` with their runner pods; `None` when NeonVM is not installed.
@@ -149,15 +134,8 @@ fn pod_cell(pod: Option<&str>, slot: &SlotStatus) -> String {
 
 /// Runs the command; returns the exit status.
 pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(err, "error: no async runtime: {e}");
-            return EXIT_USAGE;
-        }
+    let Some(runtime) = runtime(err) else {
+        return EXIT_USAGE;
     };
     let target = Target {
         kubeconfig: args.kubeconfig.clone(),
@@ -191,16 +169,7 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         );
         return EXIT_OK;
     };
-    let options = if args.allowed_registries.is_empty() {
-        CompileOptions::default()
-    } else {
-        CompileOptions {
-            allowed_registries: AllowedRegistries::only(args.allowed_registries.clone()),
-            follow_needs_list: true,
-            local_registry: None,
-        }
-    };
-    let rules = crate::preview::compile(&live, &options);
+    let rules = crate::preview::compile(&live, &compile_options(&args.allowed_registries));
     let shown: Vec<VmStatus> = vms
         .into_iter()
         .map(|(vm, pod)| {
@@ -210,7 +179,7 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                     .get(&vm.namespace)
                     .unwrap_or(&BTreeMap::new()),
             );
-            let images = pod.as_ref().map(pod_images);
+            let images = pod.as_ref().map(neonvm::runner_images);
             VmStatus {
                 slots: slot_statuses(
                     &vm,

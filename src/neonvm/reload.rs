@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::excerpt::excerpt_to;
 use crate::neonvm::{NeonVm, RestartPolicy};
 use crate::vm_plan::VmEvent;
 
@@ -61,7 +62,8 @@ pub enum Verdict {
 }
 
 /// The slots whose running image differs from the resolved one (slots the pod lacks, or
-/// imagemap cannot resolve, are not judged).
+/// imagemap cannot resolve, are not judged). A followed tag whose digest is not held here
+/// is current when the pod runs it pinned to any digest.
 #[must_use]
 pub fn changes(
     running: &BTreeMap<String, String>,
@@ -71,7 +73,10 @@ pub fn changes(
         .iter()
         .filter_map(|(slot, resolved)| {
             let running = running.get(slot)?;
-            (running != resolved).then(|| Change {
+            let pinned = running
+                .strip_prefix(resolved.as_str())
+                .is_some_and(|rest| rest.starts_with('@') && !resolved.contains('@'));
+            (running != resolved && !pinned).then(|| Change {
                 slot: slot.clone(),
                 running: running.clone(),
                 resolved: resolved.clone(),
@@ -118,13 +123,30 @@ pub fn verdict(
     Verdict::Replace(changes)
 }
 
-/// `rootDisk a → b, runner c → d`.
+/// Most changes an Event lists.
+const LISTED: usize = 4;
+
+/// `rootDisk a → b, runner c → d` (each part an excerpt; at most [`LISTED`], and how many
+/// more).
 fn listed(changes: &[Change]) -> String {
-    changes
+    let text = changes
         .iter()
-        .map(|c| format!("{} {} → {}", c.slot, c.running, c.resolved))
+        .take(LISTED)
+        .map(|c| {
+            let cut = |s: &str| excerpt_to(s, 200);
+            format!(
+                "{} {} → {}",
+                cut(&c.slot),
+                cut(&c.running),
+                cut(&c.resolved)
+            )
+        })
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    match changes.len().checked_sub(LISTED) {
+        Some(more) if more > 0 => format!("{text} and {more} more"),
+        _ => text,
+    }
 }
 
 /// The Event that tells `verdict` about the runner pod `pod`; `None` for nothing to tell.
@@ -292,5 +314,33 @@ mod tests {
             verdict(&live, Some(next), &later, false, Some(&replaced)),
             Verdict::Replace(_)
         ));
+    }
+
+    #[test]
+    fn a_tag_pinned_to_a_digest_not_held_is_current_and_events_are_bounded() {
+        let running =
+            BTreeMap::from([("rootDisk".to_string(), "r.io/disk:dev@sha256:1".to_string())]);
+        let tag = BTreeMap::from([("rootDisk".to_string(), "r.io/disk:dev".to_string())]);
+        assert!(changes(&running, &tag).is_empty());
+        let moved =
+            BTreeMap::from([("rootDisk".to_string(), "r.io/disk:dev@sha256:2".to_string())]);
+        assert_eq!(changes(&running, &moved).len(), 1);
+        let many: Vec<Change> = (0..6)
+            .map(|i| Change {
+                slot: format!("extraInitContainers/c{i}"),
+                running: "x".repeat(10_000),
+                resolved: "y".into(),
+            })
+            .collect();
+        let event = event(&Verdict::Replace(many), "pod").unwrap();
+        assert!(
+            event
+                .message
+                .ends_with(" and 2 more; NeonVM creates the next one, which admission maps")
+                || event.message.contains(" and 2 more"),
+            "{}",
+            event.message
+        );
+        assert!(event.message.len() < 2_000, "{}", event.message.len());
     }
 }

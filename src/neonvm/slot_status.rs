@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::admission::pod_mutation::admitted;
 use crate::neonvm::NeonVm;
-use crate::rules::{Requester, RuleSet};
+use crate::rules::RuleSet;
 
 /// One slot of a VM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,12 +38,7 @@ pub fn slot_statuses(
     namespace_labels: &BTreeMap<String, String>,
     default_runner: Option<&str>,
 ) -> Vec<SlotStatus> {
-    let who = Requester {
-        namespace: &vm.namespace,
-        labels: &vm.labels,
-        namespace_labels,
-        namespace_rules: true,
-    };
+    let who = vm.requester(namespace_labels);
     vm.slots(default_runner)
         .into_iter()
         .map(|slot| {

@@ -491,6 +491,30 @@ fn a_migrations_target_pod_runs_what_its_source_runs_not_what_the_rules_say() {
         "not in the source: left"
     );
     assert_eq!(d.patch.0.len(), 1, "{:?}", d.patch);
+    // A container the source has no slot for goes through the rules: an owner reference
+    // anyone can write escapes no rule.
+    let mut forged = p.clone();
+    forged["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "extra", "image": "busybox:2"}));
+    let d = decide(
+        &set,
+        &PodRequest {
+            namespace: "dev",
+            namespace_labels: &labels,
+            pod: &forged,
+            change: Change::Create,
+            runner_images: &source,
+        },
+        &no_digest,
+    );
+    let after = patched(&forged, &d);
+    assert_eq!(
+        after["spec"]["containers"][1]["image"],
+        "mirror.io/busybox:2"
+    );
+    assert_eq!(after["spec"]["initContainers"][0]["image"], "old.io/disk:7");
     // Its source unknown: the rules map it.
     let d = decide_create(&set, &p);
     assert_eq!(

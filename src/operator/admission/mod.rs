@@ -135,8 +135,9 @@ pub async fn start(
     let acceptor = certificates.acceptor()?;
     let activity = Arc::new(Activity::default());
     let serving = Arc::clone(&activity);
+    let serve_after = loaded.clone();
     tasks.push(tokio::spawn(async move {
-        for listed in &loaded {
+        for listed in &serve_after {
             listed.wait().await;
         }
         health.set_admission_loaded();
@@ -146,13 +147,12 @@ pub async fn start(
     let mut registering = None;
     if let Some((url, name, ca)) = local {
         let configuration = configuration::for_url(&name, &url, &ca, &webhook.excluded, acts_in);
-        let (client, loaded, slot) = (
-            client.clone(),
-            read.rules_loaded.clone(),
-            Arc::clone(&registered),
-        );
+        let (client, loaded, slot) = (client.clone(), loaded.clone(), Arc::clone(&registered));
         registering = Some(tokio::spawn(async move {
-            loaded.wait().await;
+            // Registered once the server answers: what it answers from is loaded.
+            for listed in &loaded {
+                listed.wait().await;
+            }
             match configuration::register(client, &configuration).await {
                 Ok(r) => {
                     tracing::info!(%url, configuration = %name, "registered the webhook");
@@ -228,13 +228,18 @@ fn certificates(
 /// Unknown, every pod is mapped, its own included.
 async fn own_user(client: &Client) -> Option<String> {
     let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
-    match api
-        .create(
-            &kube::api::PostParams::default(),
-            &SelfSubjectReview::default(),
-        )
-        .await
-    {
+    let (params, review) = (
+        kube::api::PostParams::default(),
+        SelfSubjectReview::default(),
+    );
+    let asked = api.create(&params, &review);
+    let Ok(answered) = tokio::time::timeout(std::time::Duration::from_secs(10), asked).await else {
+        tracing::warn!(
+            "no answer to a SelfSubjectReview within 10 s: the runner pods the operator creates are mapped again at admission"
+        );
+        return None;
+    };
+    match answered {
         Ok(review) => review
             .status
             .and_then(|s| s.user_info)

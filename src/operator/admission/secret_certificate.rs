@@ -60,7 +60,7 @@ pub async fn follow(
                     tracing::info!(secret = %name, "serving the webhook's certificate");
                 }
                 Err(e) => {
-                    tracing::warn!(secret = %name, error = %e, "the webhook's Secret holds a certificate that cannot be served: keeping the one served");
+                    tracing::warn!(secret = %name, error = %excerpt(&e.to_string()), "the webhook's Secret holds a certificate that cannot be served: keeping the one served");
                 }
             }
             served = now;

@@ -95,7 +95,7 @@ pub async fn run(
         registries,
         rules_loaded,
         digests,
-        digests_loaded: _,
+        digests_loaded,
         neonvm,
     } = read;
     let listed = caches.listed.clone();
@@ -132,22 +132,30 @@ pub async fn run(
             trigger.clone(),
         ),
     );
-    tasks.spawn(
-        "NeonVM runner reloader",
-        runner_reloader::run(RunnerReloader {
-            client: client.clone(),
-            state: Arc::clone(&neonvm),
-            status_due: Arc::clone(&status_due),
-            rules: Arc::clone(&rules),
-            digests: Arc::clone(&digests),
-            followed: Arc::clone(&followed),
-            caches: caches.clone(),
-            recorder: recorder.clone(),
-            budget: Arc::clone(&budget),
-            default_runner: options.neonvm_default_runner_image.clone(),
-            namespaces: options.namespaces.clone(),
-        }),
-    );
+    // Live reload deletes pods for admission to map their replacements: not without a webhook.
+    if options.webhook.is_some() {
+        tasks.spawn(
+            "NeonVM runner reloader",
+            runner_reloader::run(RunnerReloader {
+                client: client.clone(),
+                state: Arc::clone(&neonvm),
+                status_due: Arc::clone(&status_due),
+                rules: Arc::clone(&rules),
+                digests: Arc::clone(&digests),
+                followed: Arc::clone(&followed),
+                caches: caches.clone(),
+                recorder: recorder.clone(),
+                budget: Arc::clone(&budget),
+                default_runner: options.neonvm_default_runner_image.clone(),
+                namespaces: options.namespaces.clone(),
+                loaded: vec![
+                    rules_loaded.clone(),
+                    caches.listed.namespaces.clone(),
+                    digests_loaded,
+                ],
+            }),
+        );
+    }
     if options.webhook.is_some() {
         tasks.spawn(
             "pod followers",

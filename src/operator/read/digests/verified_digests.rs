@@ -41,7 +41,12 @@ impl VerifiedDigests {
 
     /// Holds `digests` from now on, in place of what it held.
     pub fn replace(&self, digests: HashMap<Followed, String>) {
-        *self.digests.write().unwrap_or_else(PoisonError::into_inner) = digests;
+        let old = std::mem::replace(
+            &mut *self.digests.write().unwrap_or_else(PoisonError::into_inner),
+            digests,
+        );
+        // Freed outside the lock admission reads through.
+        drop(old);
         self.replaced.send_modify(|n| *n += 1);
     }
 

@@ -56,7 +56,8 @@ impl NeonVmState {
 
     fn update(&self, f: impl FnOnce(&mut Inner)) {
         f(&mut self.lock());
-        self.changed.notify_waiters();
+        // One listener (the leader's reloader): a stored permit wakes it once, however many
+        // changes came meanwhile.
         self.changed.notify_one();
     }
 

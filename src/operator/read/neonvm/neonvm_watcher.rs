@@ -13,7 +13,6 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::admission::pod_slots::SlotKind;
 use crate::excerpt::excerpt;
 use crate::namespaced_name::NamespacedName;
 use crate::neonvm::{self, NeonVm};
@@ -130,22 +129,8 @@ fn read_migration(object: &DynamicObject) -> Option<Migration> {
 
 fn read_pod(pod: &Pod) -> Option<RunnerPod> {
     let vm = pod.labels().get(neonvm::VM_NAME_LABEL)?.clone();
-    let spec = pod.spec.as_ref()?;
-    let lists = [
-        (
-            SlotKind::Init,
-            spec.init_containers.as_deref().unwrap_or_default(),
-        ),
-        (SlotKind::Container, spec.containers.as_slice()),
-    ];
-    let images = lists
-        .iter()
-        .flat_map(|(kind, containers)| {
-            containers
-                .iter()
-                .filter_map(|c| Some((neonvm::runner_slot(*kind, &c.name), c.image.clone()?)))
-        })
-        .collect();
+    pod.spec.as_ref()?;
+    let images = neonvm::runner_images(pod);
     Some(RunnerPod {
         name: pod.name_any(),
         uid: pod.metadata.uid.clone().unwrap_or_default(),

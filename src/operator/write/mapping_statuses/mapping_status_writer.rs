@@ -27,7 +27,6 @@ use crate::operator::read::watches::caches::Caches;
 use crate::operator::write::mapping_statuses::status_due::StatusDue;
 use crate::operator::write::writes::requests::{Written, apply_status};
 use crate::rule_change;
-use crate::rules::Requester;
 use crate::rules::{MappingKey, Mode, RuleSet, Scope};
 use crate::vm_images::{self, Resolutions, VmResolution, VmView};
 use crate::vm_plan;
@@ -176,12 +175,7 @@ impl Counted {
             let key = NamespacedName::new(&vm.namespace, &format!("{}/{}", neonvm::GROUP, vm.name));
             let labels = ctx.caches.namespace_labels(&vm.namespace);
             let runner = ctx.options.neonvm_default_runner_image.as_deref();
-            let who = Requester {
-                namespace: &vm.namespace,
-                labels: &vm.labels,
-                namespace_labels: &labels,
-                namespace_rules: true,
-            };
+            let who = vm.requester(&labels);
             let resolution = VmResolution {
                 slots: vm
                     .slots(runner)

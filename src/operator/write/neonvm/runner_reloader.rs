@@ -28,10 +28,10 @@ use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::neonvm::neonvm_state::NeonVmState;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;
+use crate::operator::read::watches::listed::Listed;
 use crate::operator::write::mapping_statuses::status_due::StatusDue;
 use crate::operator::write::vms::recreation_budget::RecreationBudget;
 use crate::operator::write::writes::events::EventRecorder;
-use crate::rules::Requester;
 
 /// How often every VM is looked at again when nothing told of a change (the recreation
 /// budget freeing up, a re-list).
@@ -54,6 +54,9 @@ pub struct RunnerReloader {
     pub default_runner: Option<String>,
     /// The namespaces the operator acts in (empty: all).
     pub namespaces: Vec<String>,
+    /// What it judges from, listed once: the rules, the namespaces' labels, the digests.
+    /// Judged before, every mapped pod would look stale.
+    pub loaded: Vec<Listed>,
 }
 
 /// What the reloader remembers of a VM while it leads.
@@ -72,12 +75,7 @@ impl RunnerReloader {
     fn resolved(&self, vm: &NeonVm) -> (BTreeMap<String, String>, Vec<Followed>) {
         let rules = self.rules.current();
         let namespace_labels = self.caches.namespace_labels(&vm.namespace);
-        let who = Requester {
-            namespace: &vm.namespace,
-            labels: &vm.labels,
-            namespace_labels: &namespace_labels,
-            namespace_rules: true,
-        };
+        let who = vm.requester(&namespace_labels);
         let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
             self.digests.get(&Followed::of(reference, rule, ns))
         };
@@ -130,6 +128,11 @@ impl RunnerReloader {
             }
         } else {
             memory.waiting = false;
+        }
+        if verdict == Verdict::Current {
+            // Current again: what was replaced or told is over, and told again if it comes back.
+            memory.replaced = None;
+            memory.told = None;
         }
         if let Verdict::Replace(_) = &verdict {
             if let Err(wait) = self.budget.take(&vm.namespace) {
@@ -191,6 +194,9 @@ fn regarding(vm: &NeonVm) -> ObjectReference {
 
 /// Reloads runner pods until the future is dropped.
 pub async fn run(reloader: RunnerReloader) {
+    for listed in &reloader.loaded {
+        listed.wait().await;
+    }
     let mut rules = reloader.rules.changes();
     let mut digests = reloader.digests.changes();
     let mut memory: HashMap<NamespacedName, Memory> = HashMap::new();

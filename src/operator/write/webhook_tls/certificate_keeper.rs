@@ -172,11 +172,18 @@ pub async fn run(keeper: CertificateKeeper) {
         tokio::select! {
             Some(event) = secret_events.next() => match event {
                 Ok(s) => secret = Some(s),
-                Err(e) => tracing::debug!(error = %excerpt(&e.to_string()), "watching the webhook's Secret"),
+                Err(e) => {
+                    // Nothing seen changed: what is due stays due, the backoff stays.
+                    tracing::debug!(error = %excerpt(&e.to_string()), "watching the webhook's Secret");
+                    continue;
+                }
             },
             Some(event) = configuration_events.next() => match event {
                 Ok(c) => configuration = Some(c),
-                Err(e) => tracing::debug!(error = %excerpt(&e.to_string()), "watching the webhook configuration"),
+                Err(e) => {
+                    tracing::debug!(error = %excerpt(&e.to_string()), "watching the webhook configuration");
+                    continue;
+                }
             },
             () = async { if let Some(wait) = wait { wait.await } else { std::future::pending().await } } => {}
         }
