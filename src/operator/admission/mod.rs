@@ -2,6 +2,7 @@
 //! handler ([`handler`]: one AdmissionReview answered from memory), its TLS ([`tls`]), the
 //! server ([`server`]) and the webhook configuration ([`configuration`]).
 
+pub mod bytes_in_flight;
 pub mod configuration;
 pub mod handler;
 pub mod secret_certificate;

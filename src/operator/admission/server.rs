@@ -14,9 +14,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
+use crate::operator::admission::bytes_in_flight::BytesInFlight;
 use crate::operator::admission::handler::Admitter;
 use crate::operator::http_endpoint::{serve_tls, text};
 use crate::operator::observe::metrics::Metrics;
@@ -105,7 +105,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     activity: Arc<Activity>,
 ) {
-    let state = Arc::new((admitter, metrics, Semaphore::new(IN_FLIGHT)));
+    let state = Arc::new((admitter, metrics, BytesInFlight::new(IN_FLIGHT)));
     serve_tls(listener, "admission webhook", tls, move |req| {
         let (state, activity) = (Arc::clone(&state), Arc::clone(&activity));
         async move {
@@ -128,7 +128,7 @@ async fn handle(
     req: Request<Incoming>,
     admitter: &Admitter,
     metrics: &Metrics,
-    in_flight: &Semaphore,
+    in_flight: &BytesInFlight,
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     if req.uri().path() != PATH {
@@ -152,9 +152,11 @@ async fn handle(
         metrics.admitted("error", started.elapsed().as_secs_f64(), 0, 0);
         return text(StatusCode::PAYLOAD_TOO_LARGE, too_large());
     }
-    let permits = u32::try_from(length.unwrap_or(BODY_LIMIT).max(1)).unwrap_or(u32::MAX);
-    // Slow or stalled senders never hold the bytes in flight past the API server's timeout.
-    let Ok(Ok(_reading)) = tokio::time::timeout(BODY_WAIT, in_flight.acquire_many(permits)).await
+    // Slow or stalled senders never hold the bytes in flight past the API server's timeout,
+    // and a review that fits never waits behind a larger one.
+    let Some(_reading) = in_flight
+        .reserve(length.unwrap_or(BODY_LIMIT), BODY_WAIT)
+        .await
     else {
         metrics.admitted("error", started.elapsed().as_secs_f64(), 0, 0);
         return text(
