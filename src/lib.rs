@@ -27,3 +27,4 @@ pub mod runner_pod;
 pub mod vm_images;
 pub mod vm_plan;
 pub mod webhook_certificate;
+pub mod workload_reload;

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::admission::pod_slots::SlotKind;
-use crate::admission::records::SKIP_LABEL;
 use crate::rules::Requester;
 use crate::vm_images::{ImageSlot, SLOT_EXTRA_PREFIX, SLOT_KERNEL, SLOT_ROOT_DISK, SLOT_RUNNER};
 
@@ -137,12 +136,7 @@ impl NeonVm {
         &'a self,
         namespace_labels: &'a BTreeMap<String, String>,
     ) -> Requester<'a> {
-        Requester {
-            namespace: &self.namespace,
-            labels: &self.labels,
-            namespace_labels,
-            namespace_rules: self.labels.get(SKIP_LABEL).map(String::as_str) != Some("true"),
-        }
+        crate::admission::records::pod_requester(&self.namespace, &self.labels, namespace_labels)
     }
 
     /// Whether a migration is under way by the VM's phase.

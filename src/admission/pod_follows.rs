@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::admission::records::{self, SKIP_LABEL};
-use crate::rules::{Mode, Requester, RuleRef, RuleSet};
+use crate::admission::records;
+use crate::rules::{Mode, RuleRef, RuleSet};
 use crate::vm_images::{ImageSlot, resolve_slot};
 
 /// A tag a pod follows, and the rule that follows it.
@@ -26,12 +26,7 @@ pub fn pod_follows(
     annotations: &BTreeMap<String, String>,
     namespace_labels: &BTreeMap<String, String>,
 ) -> Vec<PodFollows> {
-    let who = Requester {
-        namespace,
-        labels,
-        namespace_labels,
-        namespace_rules: labels.get(SKIP_LABEL).map(String::as_str) != Some("true"),
-    };
+    let who = records::pod_requester(namespace, labels, namespace_labels);
     let mut follows: Vec<PodFollows> = Vec::new();
     for (slot, requested) in records::originals(annotations) {
         let resolution = resolve_slot(rules, ImageSlot { slot, requested }, &who, Mode::Live);
@@ -51,7 +46,7 @@ pub fn pod_follows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::records::ORIGINAL_IMAGES;
+    use crate::admission::records::{ORIGINAL_IMAGES, SKIP_LABEL};
     use crate::fixtures::repository_mapping;
     use crate::rules::CompileOptions;
 

@@ -22,8 +22,7 @@ use serde_json::Value;
 use crate::admission::migration_target;
 use crate::admission::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots_named};
 use crate::admission::records::{
-    self, DRY_RUN, IMAGE_RULES, MAPPED, MAPPED_LABEL, ORIGINAL_IMAGES, Records, SKIP_LABEL,
-    string_map,
+    self, DRY_RUN, IMAGE_RULES, MAPPED, MAPPED_LABEL, ORIGINAL_IMAGES, Records, string_map,
 };
 use crate::neonvm::{self, RunnerOwner};
 use crate::reference::Reference;
@@ -140,12 +139,7 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
             slots = rest;
         }
     }
-    let who = Requester {
-        namespace: request.namespace,
-        labels: &labels,
-        namespace_labels: request.namespace_labels,
-        namespace_rules: labels.get(SKIP_LABEL).map(String::as_str) != Some("true"),
-    };
+    let who = records::pod_requester(request.namespace, &labels, request.namespace_labels);
     let recorded = records::originals(&annotations);
     let Resolved {
         mapped,

@@ -24,11 +24,30 @@ pub const MAPPED: &str = "true";
 pub const DRY_RUN: &str = "dry-run";
 /// The label by which a pod opts out of its namespace's ImageMappings.
 pub const SKIP_LABEL: &str = "imagemap.dev/skip";
+/// The label (`"true"`) by which a pod of a workload, or a NeonVM VM, opts into live reload.
+pub const LIVE_RELOAD_LABEL: &str = "imagemap.dev/live-reload";
 
 /// Most bytes the two annotations may take together (keys and values).
 pub const RECORDS_LIMIT: usize = 8 * 1024;
 /// Most bytes a pod's annotations may take (Kubernetes refuses more).
 pub const ANNOTATIONS_LIMIT: usize = 256 * 1024;
+
+/// Who asks for a pod's images: a pod of `namespace` with `labels`, in a namespace labelled
+/// `namespace_labels`; labelled `imagemap.dev/skip: "true"`, it opts out of its namespace's
+/// ImageMappings.
+#[must_use]
+pub fn pod_requester<'a>(
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    namespace_labels: &'a BTreeMap<String, String>,
+) -> crate::rules::Requester<'a> {
+    crate::rules::Requester {
+        namespace,
+        labels,
+        namespace_labels,
+        namespace_rules: labels.get(SKIP_LABEL).map(String::as_str) != Some("true"),
+    }
+}
 
 /// The originals a pod records: empty when it records none, or a record that is not a JSON
 /// object of strings within the bound (a record the pod was created with is the requester's

@@ -290,9 +290,9 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
         );
     }
     if !args.leader_elect {
-        let (client, requests) = crate::api_requests::client_with_counter(config)?;
+        let (clients, requests) = operator::OperatorClients::new(config)?;
         let observers = observe(args, &options, requests).await?;
-        return operator::run_with(client, options, observers, shutdown_signal()).await;
+        return operator::run_with(clients, options, observers, shutdown_signal()).await;
     }
     // Under leader election, the operator's writes pass only while its hold on the Lease
     // lasts.

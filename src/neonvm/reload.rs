@@ -9,8 +9,7 @@ use crate::excerpt::excerpt_to;
 use crate::neonvm::{NeonVm, RestartPolicy};
 use crate::vm_plan::VmEvent;
 
-/// The label that opts a VM into live reload.
-pub const LIVE_RELOAD_LABEL: &str = "imagemap.dev/live-reload";
+pub use crate::admission::records::LIVE_RELOAD_LABEL;
 
 /// A slot whose running image differs from what the rules resolve to now.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -128,7 +127,7 @@ const LISTED: usize = 4;
 
 /// `rootDisk a → b, runner c → d` (each part an excerpt; at most [`LISTED`], and how many
 /// more).
-fn listed(changes: &[Change]) -> String {
+pub fn listed(changes: &[Change]) -> String {
     let text = changes
         .iter()
         .take(LISTED)

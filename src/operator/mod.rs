@@ -18,6 +18,7 @@
 //! also applies and deletes its own webhook configuration.
 
 mod admission;
+mod clients;
 mod http_endpoint;
 mod jitter;
 mod leader;
@@ -33,6 +34,7 @@ use std::sync::Arc;
 use kube::Client;
 
 pub use admission::handler::{Admitter, Answered, NotAReview};
+pub use clients::OperatorClients;
 pub use leader::{
     ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, unique_identity,
 };
@@ -100,16 +102,17 @@ pub async fn serve_notifications(
 /// no new reconcile starts, the running ones finish, and the function returns. A
 /// background task that ends is an error.
 pub async fn run_with(
-    client: Client,
+    clients: OperatorClients,
     options: Options,
     observers: Observers,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
+    let OperatorClients { client, evictions } = clients;
     let mut read_tasks = Tasks::default();
     let (read, told) = read::start(&client, &options, &observers.health, &mut read_tasks)?;
     let webhook = start_webhook(&client, &options, &read, &observers).await?;
     let shutdown = draining(shutdown, &observers.health, webhook.as_ref());
-    let side = write_side(client, options, &observers);
+    let side = write_side(client, evictions, options, &observers);
     let result = tokio::select! {
         result = write::run(side, read, told, shutdown) => result,
         e = read_tasks.first_ended() => Err(e),
@@ -138,8 +141,9 @@ pub async fn run_elected(
     let webhook = start_webhook(&clients.replica, &options, &read, &observers).await?;
     let health = Arc::clone(&observers.health);
     let shutdown = draining(shutdown, &health, webhook.as_ref());
+    let evictions = clients.evictions.clone();
     let leading = leader::run_elected(clients, health, election, shutdown, |client, stop| {
-        let side = write_side(client, options, &observers);
+        let side = write_side(client, evictions, options, &observers);
         write::run(side, read, told, stop)
     });
     // The read side's tasks fail the replica whether or not it leads.
@@ -170,9 +174,15 @@ fn draining(
     }
 }
 
-fn write_side(client: Client, options: Options, observers: &Observers) -> WriteSide {
+fn write_side(
+    client: Client,
+    evictions: Client,
+    options: Options,
+    observers: &Observers,
+) -> WriteSide {
     WriteSide {
         client,
+        evictions,
         options,
         health: Arc::clone(&observers.health),
         metrics: Arc::clone(&observers.metrics),

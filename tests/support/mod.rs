@@ -117,7 +117,7 @@ pub async fn fresh_namespace(client: &Client, prefix: &str) -> String {
 use std::sync::Arc;
 
 use futures::StreamExt;
-use imagemap::api_requests::{ApiRequests, client_with_counter};
+use imagemap::api_requests::ApiRequests;
 use imagemap::operator::{self, Observers, Options, Progress};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
@@ -151,7 +151,7 @@ impl Operator {
 
     /// Starts an operator acting in `namespaces` with `config`'s credentials.
     pub fn start_with(config: kube::Config, namespaces: &[&str], options: Options) -> Operator {
-        let (client, requests) = client_with_counter(config).expect("client");
+        let (clients, requests) = operator::OperatorClients::new(config).expect("client");
         let observers = Observers::new(requests.clone());
         let options = Options {
             namespaces: namespaces
@@ -162,7 +162,7 @@ impl Operator {
         };
         let o = observers.clone();
         let handle = tokio::spawn(async move {
-            if let Err(e) = operator::run_with(client, options, o, std::future::pending()).await {
+            if let Err(e) = operator::run_with(clients, options, o, std::future::pending()).await {
                 panic!("operator stopped: {e:#}");
             }
         });

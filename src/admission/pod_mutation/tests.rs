@@ -3,6 +3,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::admission::records::SKIP_LABEL;
 use crate::fixtures::repository_mapping;
 use crate::rules::{CompileOptions, MappingInput, Scope};
 

@@ -32,6 +32,9 @@ pub struct ElectedClients {
     /// The operator's: its writes pass only while `fence` is open, checked as each request
     /// is issued and again at the socket.
     pub operator: Client,
+    /// The operator's, fenced likewise, without kube's retries: for evictions (see
+    /// [`crate::operator::OperatorClients`]).
+    pub evictions: Client,
     /// The elector's own, for the Lease.
     pub elector: Client,
     /// The replica's own, unfenced: the read side's watches, which every replica keeps,
@@ -48,6 +51,11 @@ impl ElectedClients {
         let fence = Fence::new();
         let requests = ApiRequests::new();
         let operator = fenced_client::fenced_client(&config, &fence, &requests)?;
+        let evictions = fenced_client::fenced_client(
+            &crate::operator::clients::without_retry(config.clone()),
+            &fence,
+            &requests,
+        )?;
         let elector = ClientBuilder::try_from(config.clone())?
             .with_layer(&requests.layer())
             .build();
@@ -56,6 +64,7 @@ impl ElectedClients {
             .build();
         Ok(ElectedClients {
             operator,
+            evictions,
             elector,
             replica,
             fence,

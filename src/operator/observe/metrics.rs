@@ -43,6 +43,8 @@ pub struct Metrics {
     admission_duration: Histogram,
     admission_unpinned: Counter,
     admission_dry_run: Counter,
+    pods_evicted: Counter,
+    rolls: Gauge,
     /// The operator client's request counter, read into `requests` at each render.
     api: ApiRequests,
 }
@@ -50,6 +52,7 @@ pub struct Metrics {
 impl Metrics {
     /// The operator's metrics, reporting the requests `api` counts as `api_requests`.
     #[must_use]
+    #[allow(clippy::too_many_lines)] // One registration per metric.
     pub fn new(api: ApiRequests) -> Self {
         let mut registry = Registry::with_prefix("imagemap");
         let reconciles = Counter::default();
@@ -64,6 +67,17 @@ impl Metrics {
         // From 10 µs to about 0.3 s.
         let admission_duration = Histogram::new(exponential_buckets(0.000_01, 2.0, 16));
         let (admission_unpinned, admission_dry_run) = (Counter::default(), Counter::default());
+        let (pods_evicted, rolls) = (Counter::default(), Gauge::default());
+        registry.register(
+            "pods_evicted",
+            "Pods of live-reload workloads evicted (successful evictions) because their images changed",
+            pods_evicted.clone(),
+        );
+        registry.register(
+            "workload_rolls",
+            "Workloads whose live-reload roll is in progress",
+            rolls.clone(),
+        );
         registry.register(
             "admissions",
             "Pod admission requests by result (mutated, unchanged, skipped, error)",
@@ -138,6 +152,8 @@ impl Metrics {
             admission_duration,
             admission_unpinned,
             admission_dry_run,
+            pods_evicted,
+            rolls,
             api,
         }
     }
@@ -162,6 +178,19 @@ impl Metrics {
 
     pub(crate) fn recreated(&self) {
         self.recreations.inc();
+    }
+
+    pub(crate) fn pod_evicted(&self) {
+        self.pods_evicted.inc();
+    }
+
+    /// The pods evicted by live reload so far.
+    pub fn pods_evicted(&self) -> u64 {
+        self.pods_evicted.get()
+    }
+
+    pub(crate) fn set_rolls(&self, n: usize) {
+        self.rolls.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     pub(crate) fn invalid_object(&self) {

@@ -1,7 +1,8 @@
 //! The write side: what only the leader does — the VirtualMachine controller ([`vms`]:
 //! reconciles, runner pods, and what a rule change asks of them), the mappings' statuses
 //! ([`mapping_statuses`]), NeonVM's runner pods ([`neonvm`]), following tags at their
-//! registries ([`tags`]), the webhook's certificates ([`webhook_tls`]), the report of objects
+//! registries ([`tags`]), the webhook's certificates ([`webhook_tls`]), live reload of
+//! workloads ([`workloads`]), the report of objects
 //! that cannot be read ([`unreadable_reporter`]), and the writes and Events they all make
 //! ([`writes`]). It acts on what the read side keeps and tells.
 //!
@@ -13,6 +14,7 @@ pub mod tags;
 pub mod unreadable_reporter;
 pub mod vms;
 pub mod webhook_tls;
+pub mod workloads;
 pub mod writes;
 
 use std::future::Future;
@@ -28,6 +30,7 @@ use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::observe::progress::Progress;
 use crate::operator::options::{Options, Webhook, WebhookCertificate};
+use crate::operator::read::watches::listed::Listed;
 use crate::operator::read::{ReadSide, Told};
 use crate::operator::tasks::Tasks;
 use mapping_statuses::mapping_status_writer::{self, StatusWriter};
@@ -46,11 +49,16 @@ use vms::trigger::Trigger;
 use vms::vm_memory::VmMemory;
 use vms::vm_reconciler::{self, Reconciler};
 use webhook_tls::certificate_keeper::{self, CertificateKeeper};
+use workloads::workload_roller::{self, WorkloadRoller};
+use workloads::workload_state::WorkloadState;
+use workloads::workload_watcher::{self, WorkloadWatcher};
 use writes::events::EventRecorder;
 
 /// What the write side writes with and reports to.
 pub struct WriteSide {
     pub client: Client,
+    /// The same, for evictions: not retried by kube.
+    pub evictions: Client,
     pub options: Options,
     pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
@@ -82,6 +90,7 @@ pub async fn run(
     let mut tasks = Tasks::default();
     let WriteSide {
         client,
+        evictions,
         options,
         health,
         metrics,
@@ -151,12 +160,42 @@ pub async fn run(
                 loaded: vec![
                     rules_loaded.clone(),
                     caches.listed.namespaces.clone(),
-                    digests_loaded,
+                    digests_loaded.clone(),
                 ],
             }),
         );
     }
     if options.webhook.is_some() {
+        let state = Arc::new(WorkloadState::default());
+        let watched = Listed::default();
+        tasks.spawn(
+            "live reload watcher",
+            workload_watcher::run(WorkloadWatcher {
+                client: client.clone(),
+                namespaces: options.namespaces.clone(),
+                state: Arc::clone(&state),
+                listed: watched.clone(),
+            }),
+        );
+        tasks.spawn(
+            "workload roller",
+            workload_roller::run(WorkloadRoller {
+                evictions,
+                state,
+                rules: Arc::clone(&rules),
+                digests: Arc::clone(&digests),
+                caches: caches.clone(),
+                recorder: recorder.clone(),
+                budget: Arc::clone(&budget),
+                metrics: Arc::clone(&metrics),
+                loaded: vec![
+                    rules_loaded.clone(),
+                    caches.listed.namespaces.clone(),
+                    digests_loaded.clone(),
+                    watched,
+                ],
+            }),
+        );
         tasks.spawn(
             "pod followers",
             pod_followers::run(PodFollowers {

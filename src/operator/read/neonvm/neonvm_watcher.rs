@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use futures::stream::{self, BoxStream};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -14,9 +13,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::excerpt::excerpt;
-use crate::namespaced_name::NamespacedName;
 use crate::neonvm::{self, NeonVm};
 use crate::operator::read::neonvm::neonvm_state::{Kind, Migration, NeonVmState, RunnerPod};
+use crate::operator::read::watches::scoped_watches::{Relists, key_of, watches};
 use crate::operator::read::watches::watch_backoff::WatchBackoff;
 
 /// What the watcher reads through, and where it keeps what it read.
@@ -78,40 +77,6 @@ pub async fn run(watcher: NeonVmWatcher) {
     }
 }
 
-/// A watch event, with the namespace its watch covers (`None`: all).
-type Scoped<K> = (Option<String>, Result<watcher::Event<K>, watcher::Error>);
-
-/// One watch per namespace in scope (one for all without `--namespace`), each with the
-/// namespace its re-lists cover.
-fn watches<K, S>(
-    watcher: &NeonVmWatcher,
-    api: impl Fn(Option<&str>) -> Api<K>,
-    config: &watcher::Config,
-    each: impl Fn(Api<K>, watcher::Config) -> S,
-) -> BoxStream<'static, Scoped<K>>
-where
-    K: Send + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    let scopes: Vec<Option<String>> = if watcher.namespaces.is_empty() {
-        vec![None]
-    } else {
-        watcher.namespaces.iter().cloned().map(Some).collect()
-    };
-    stream::select_all(scopes.into_iter().map(|ns| {
-        let events = each(api(ns.as_deref()), config.clone());
-        events.map(move |e| (ns.clone(), e)).boxed()
-    }))
-    .boxed()
-}
-
-fn key_of(meta: &kube::api::ObjectMeta) -> Option<NamespacedName> {
-    Some(NamespacedName::new(
-        meta.namespace.as_deref()?,
-        meta.name.as_deref()?,
-    ))
-}
-
 fn read_vm(object: &DynamicObject) -> Option<NeonVm> {
     let mut value = object.data.clone();
     value["metadata"] = serde_json::to_value(&object.metadata).ok()?;
@@ -141,42 +106,6 @@ fn read_pod(pod: &Pod) -> Option<RunnerPod> {
     })
 }
 
-/// Applies one kind's events to the state, with what a re-list found.
-struct Relist(Vec<NamespacedName>);
-
-fn apply<K: kube::Resource>(
-    state: &NeonVmState,
-    kind: Kind,
-    relist: &mut std::collections::HashMap<Option<String>, Relist>,
-    ns: Option<String>,
-    event: watcher::Event<K>,
-    put: impl Fn(&NeonVmState, NamespacedName, Option<&K>),
-) {
-    match event {
-        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-            if let Some(key) = key_of(o.meta()) {
-                if let Some(seen) = relist.get_mut(&ns) {
-                    seen.0.push(key.clone());
-                }
-                put(state, key, Some(&o));
-            }
-        }
-        watcher::Event::Delete(o) => {
-            if let Some(key) = key_of(o.meta()) {
-                put(state, key, None);
-            }
-        }
-        watcher::Event::Init => {
-            relist.insert(ns, Relist(Vec::new()));
-        }
-        watcher::Event::InitDone => {
-            if let Some(found) = relist.remove(&ns) {
-                state.retain(kind, ns.as_deref(), &found.0);
-            }
-        }
-    }
-}
-
 /// Watches NeonVM's VMs, runner pods and migrations until aborted.
 async fn watch_neonvm(watcher: Arc<NeonVmWatcher>) {
     let client = watcher.client.clone();
@@ -190,13 +119,13 @@ async fn watch_neonvm(watcher: Arc<NeonVmWatcher>) {
     let all = watcher::Config::default();
     let each_dynamic = |api, config| watcher::watcher(api, config).backoff(WatchBackoff::default());
     let mut vms = watches(
-        &watcher,
+        &watcher.namespaces,
         dynamic(resource("VirtualMachine", "virtualmachines")),
         &all,
         each_dynamic,
     );
     let mut migrations = watches(
-        &watcher,
+        &watcher.namespaces,
         dynamic(resource(
             "VirtualMachineMigration",
             "virtualmachinemigrations",
@@ -206,7 +135,7 @@ async fn watch_neonvm(watcher: Arc<NeonVmWatcher>) {
     );
     let pods_client = client.clone();
     let mut pods = watches(
-        &watcher,
+        &watcher.namespaces,
         move |ns: Option<&str>| match ns {
             Some(ns) => Api::<Pod>::namespaced(pods_client.clone(), ns),
             None => Api::<Pod>::all(pods_client.clone()),
@@ -215,25 +144,26 @@ async fn watch_neonvm(watcher: Arc<NeonVmWatcher>) {
         |api, config| watcher::watcher(api, config).backoff(WatchBackoff::default()),
     );
     let state = &watcher.state;
-    let (mut vm_lists, mut pod_lists, mut migration_lists) = Default::default();
+    let (mut vm_lists, mut pod_lists, mut migration_lists) =
+        (Relists::default(), Relists::default(), Relists::default());
     loop {
         tokio::select! {
             Some((ns, event)) = vms.next() => match event {
-                Ok(e) => apply(state, Kind::Vms, &mut vm_lists, ns, e, |s, k, o: Option<&DynamicObject>| {
-                    s.vm(k, o.and_then(read_vm));
-                }),
+                Ok(e) => vm_lists.apply(ns, e, key_of, |k, o: Option<&DynamicObject>| {
+                    state.vm(k, o.and_then(read_vm));
+                }, |ns, found| state.retain(Kind::Vms, ns, found)),
                 Err(e) => failed("NeonVM VirtualMachines", &e),
             },
             Some((ns, event)) = pods.next() => match event {
-                Ok(e) => apply(state, Kind::Pods, &mut pod_lists, ns, e, |s, k, o: Option<&Pod>| {
-                    s.pod(k, o.and_then(read_pod));
-                }),
+                Ok(e) => pod_lists.apply(ns, e, key_of, |k, o: Option<&Pod>| {
+                    state.pod(k, o.and_then(read_pod));
+                }, |ns, found| state.retain(Kind::Pods, ns, found)),
                 Err(e) => failed("NeonVM runner pods", &e),
             },
             Some((ns, event)) = migrations.next() => match event {
-                Ok(e) => apply(state, Kind::Migrations, &mut migration_lists, ns, e, |s, k, o: Option<&DynamicObject>| {
-                    s.migration(k, o.and_then(read_migration));
-                }),
+                Ok(e) => migration_lists.apply(ns, e, key_of, |k, o: Option<&DynamicObject>| {
+                    state.migration(k, o.and_then(read_migration));
+                }, |ns, found| state.retain(Kind::Migrations, ns, found)),
                 Err(e) => failed("NeonVM VirtualMachineMigrations", &e),
             },
             else => return,

@@ -13,6 +13,7 @@ pub mod invalid_objects;
 pub mod listed;
 pub mod pod_index;
 pub mod projection;
+pub mod scoped_watches;
 pub mod teller;
 pub mod unreadable_mappings;
 pub mod watch_backoff;

@@ -1,0 +1,382 @@
+//! Live reload for workloads against the real control plane (the Deployment, ReplicaSet,
+//! StatefulSet, DaemonSet and disruption controllers, kwok nodes): `imagemap run` serves its
+//! webhook, and a rule change rolls the pods labelled `imagemap.dev/live-reload: "true"` by
+//! eviction, one at a time per workload, with no spec written; PodDisruptionBudgets hold; a
+//! pod nothing would recreate is told `RestartRequired` and stays. Run with `scripts/test`.
+
+#![allow(clippy::unwrap_used)] // test code
+#![allow(clippy::too_many_lines)] // scenarios read top to bottom
+#![allow(clippy::float_cmp)] // counts read from /metrics are whole numbers
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use serde_json::{Value, json};
+use support::vms::env;
+use support::webhooks::WebhookOperator;
+use support::*;
+
+const LIVE: &str = "imagemap.dev/live-reload";
+
+/// A pod template of `app` labelled for live reload, running `image`.
+fn template(app: &str, image: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": app, LIVE: "true"}},
+        "spec": {"containers": [{"name": "app", "image": image}]},
+    })
+}
+
+fn image(pod: &Pod) -> String {
+    pod.spec.as_ref().unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap_or_default()
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until `n` pods of `app` exist, none going, all Ready and running `want`.
+async fn pods_run(pods: &Api<Pod>, app: &str, n: usize, want: &str) -> Vec<Arc<Pod>> {
+    wait_list_for(
+        Duration::from_mins(2),
+        pods.clone(),
+        watcher::Config::default().labels(&format!("app={app}")),
+        &format!("{n} Ready pods of {app} running {want}"),
+        |p| p.len() == n && p.iter().all(|p| ready(p) && image(p) == want),
+    )
+    .await
+}
+
+/// The fewest Ready pods of `app` seen at once from now on (counting from the first time
+/// `n` were Ready).
+fn fewest_ready(pods: &Api<Pod>, app: &str, n: usize) -> Arc<AtomicUsize> {
+    let fewest = Arc::new(AtomicUsize::new(usize::MAX));
+    let seen = Arc::clone(&fewest);
+    let (reader, writer) = reflector::store();
+    let events = watcher(
+        pods.clone(),
+        watcher::Config::default().labels(&format!("app={app}")),
+    )
+    .default_backoff()
+    .reflect(writer);
+    tokio::spawn(async move {
+        let mut events = events.boxed();
+        let mut counting = false;
+        while let Some(event) = events.next().await {
+            if event.is_err() {
+                continue;
+            }
+            let now = reader.state().iter().filter(|p| ready(p)).count();
+            counting |= now >= n;
+            if counting {
+                seen.fetch_min(now, Ordering::Relaxed);
+            }
+        }
+    });
+    fewest
+}
+
+/// The reasons of the Events on the object `name`.
+async fn reasons(events: &Api<Event>, name: &str) -> Vec<(String, String)> {
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+/// Waits until the object `name` has an Event with `reason`; its message.
+async fn told(events: &Api<Event>, name: &str, reason: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_mins(2);
+    loop {
+        if let Some((_, message)) = reasons(events, name)
+            .await
+            .into_iter()
+            .find(|(r, _)| r == reason)
+        {
+            return message;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {reason} Event on {name}: {:?}",
+            reasons(events, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create<K>(api: &Api<K>, object: Value)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(object).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_deployment_under_a_budget_rolls_on_a_mapping_change_and_its_spec_stays() {
+    let e = env("reload-deploy").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"}]),
+    )
+    .await;
+    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
+    create(
+        &deployments,
+        json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                     "template": template("web", "nginx:1.27")},
+        }),
+    )
+    .await;
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(e.client.clone(), &e.ns);
+    create(
+        &budgets,
+        json!({"metadata": {"name": "web"},
+               "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}),
+    )
+    .await;
+    // A labelled pod nothing recreates.
+    create(
+        &e.pods,
+        json!({"metadata": {"name": "lonely", "labels": {"app": "lonely", LIVE: "true"}},
+               "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}),
+    )
+    .await;
+    pods_run(&e.pods, "web", 3, "mirror.io/nginx:1.27").await;
+    let lonely = pods_run(&e.pods, "lonely", 1, "mirror.io/nginx:1.27").await;
+    let before = deployments.get("web").await.unwrap();
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(e.client.clone(), &e.ns);
+    assert_eq!(
+        replica_sets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    let fewest = fewest_ready(&e.pods, "web", 3);
+
+    e.mappings
+        .patch(
+            "mirror",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rules": [
+                {"match": {"repository": "nginx"}, "to": "mirror2.io/nginx"}]}})),
+        )
+        .await
+        .unwrap();
+    let rolled = pods_run(&e.pods, "web", 3, "mirror2.io/nginx:1.27").await;
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let finished = told(&events, "web", "LiveReloadFinished").await;
+    let started = told(&events, "web", "LiveReloadStarted").await;
+    println!("{started}\n{finished}");
+    assert!(started.contains("mirror2.io/nginx:1.27"), "{started}");
+    assert!(finished.contains("3 pod(s)"), "{finished}");
+    // Never fewer than the budget's 2 Ready.
+    let fewest = fewest.load(Ordering::Relaxed);
+    assert!((2..=3).contains(&fewest), "{fewest} Ready at the fewest");
+    println!("a 3-pod Deployment rolled under minAvailable 2: never fewer than {fewest} Ready");
+    // No spec written: the same generation, template and one ReplicaSet.
+    let after = deployments.get("web").await.unwrap();
+    assert_eq!(after.metadata.generation, before.metadata.generation);
+    assert_eq!(
+        serde_json::to_value(&after.spec.as_ref().unwrap().template).unwrap(),
+        serde_json::to_value(&before.spec.as_ref().unwrap().template).unwrap()
+    );
+    assert_eq!(
+        replica_sets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    assert!(rolled.iter().all(|p| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("imagemap.dev/original-images"))
+    }));
+    // The pod nothing recreates stays, told.
+    let message = told(&events, "lonely", "RestartRequired").await;
+    assert!(message.contains("mirror2.io/nginx:1.27"), "{message}");
+    let still = e.pods.get("lonely").await.unwrap();
+    assert_eq!(still.metadata.uid, lonely[0].metadata.uid);
+    assert_eq!(image(&still), "mirror.io/nginx:1.27");
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 3.0);
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_statefulset_and_a_daemonset_roll() {
+    let e = env("reload-sets").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "busybox"}, "to": "mirror.io/busybox"}]),
+    )
+    .await;
+    let op = WebhookOperator::start(&e.ns, "busybox", &[]).await;
+    let stateful_sets: Api<StatefulSet> = Api::namespaced(e.client.clone(), &e.ns);
+    create(
+        &stateful_sets,
+        json!({"metadata": {"name": "db"},
+               "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                        "template": template("db", "busybox:1.36")}}),
+    )
+    .await;
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(e.client.clone(), &e.ns);
+    create(
+        &daemon_sets,
+        json!({"metadata": {"name": "agent"},
+               "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                        "template": template("agent", "busybox:1.36")}}),
+    )
+    .await;
+    pods_run(&e.pods, "db", 2, "mirror.io/busybox:1.36").await;
+    let agents = wait_list(
+        e.pods.clone(),
+        watcher::Config::default().labels("app=agent"),
+        "a DaemonSet pod per node",
+        |p| {
+            !p.is_empty()
+                && p.iter()
+                    .all(|p| ready(p) && image(p) == "mirror.io/busybox:1.36")
+        },
+    )
+    .await
+    .len();
+    let before = (
+        stateful_sets.get("db").await.unwrap().metadata.generation,
+        daemon_sets.get("agent").await.unwrap().metadata.generation,
+    );
+
+    e.mappings
+        .patch(
+            "mirror",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rules": [
+                {"match": {"repository": "busybox"}, "to": "mirror2.io/busybox"}]}})),
+        )
+        .await
+        .unwrap();
+    pods_run(&e.pods, "db", 2, "mirror2.io/busybox:1.36").await;
+    pods_run(&e.pods, "agent", agents, "mirror2.io/busybox:1.36").await;
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    told(&events, "db", "LiveReloadFinished").await;
+    told(&events, "agent", "LiveReloadFinished").await;
+    assert_eq!(
+        before,
+        (
+            stateful_sets.get("db").await.unwrap().metadata.generation,
+            daemon_sets.get("agent").await.unwrap().metadata.generation,
+        )
+    );
+    assert_eq!(
+        op.process.metric("imagemap_pods_evicted_total"),
+        f64::from(u32::try_from(2 + agents).unwrap())
+    );
+    println!("a 2-pod StatefulSet and a {agents}-pod DaemonSet rolled");
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
+    let e = env("reload-held").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"}]),
+    )
+    .await;
+    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
+    create(
+        &deployments,
+        json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "template": template("web", "nginx:1.27")},
+        }),
+    )
+    .await;
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(e.client.clone(), &e.ns);
+    create(
+        &budgets,
+        json!({"metadata": {"name": "web-budget"},
+               "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}),
+    )
+    .await;
+    let first = pods_run(&e.pods, "web", 2, "mirror.io/nginx:1.27").await;
+    e.mappings
+        .patch(
+            "mirror",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rules": [
+                {"match": {"repository": "nginx"}, "to": "mirror2.io/nginx"}]}})),
+        )
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let held = told(&events, "web", "DisruptionBudgetHolds").await;
+    println!("{held}");
+    assert!(held.contains("web-budget"), "{held}");
+    assert!(held.contains("2 pod(s) left"), "{held}");
+    // Nothing went.
+    let now = e
+        .pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    let uids = |pods: &[Pod]| {
+        let mut uids: Vec<_> = pods.iter().map(|p| p.metadata.uid.clone()).collect();
+        uids.sort();
+        uids
+    };
+    let first: Vec<Pod> = first.iter().map(|p| (**p).clone()).collect();
+    assert_eq!(uids(&now), uids(&first));
+    assert!(now.iter().all(|p| p.metadata.deletion_timestamp.is_none()));
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 0.0);
+    // The budget allows one: the roll goes on.
+    budgets
+        .patch(
+            "web-budget",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"minAvailable": 1}})),
+        )
+        .await
+        .unwrap();
+    pods_run(&e.pods, "web", 2, "mirror2.io/nginx:1.27").await;
+    told(&events, "web", "LiveReloadFinished").await;
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 2.0);
+}
