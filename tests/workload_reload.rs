@@ -380,3 +380,122 @@ async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
     told(&events, "web", "LiveReloadFinished").await;
     assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 2.0);
 }
+
+/// Every pod UID of `app` seen from now on.
+fn uids_seen(
+    pods: &Api<Pod>,
+    app: &str,
+) -> Arc<std::sync::Mutex<std::collections::BTreeSet<String>>> {
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let into = Arc::clone(&seen);
+    let mut events = watcher(
+        pods.clone(),
+        watcher::Config::default().labels(&format!("app={app}")),
+    )
+    .default_backoff()
+    .applied_objects()
+    .boxed();
+    tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            if let Ok(pod) = event {
+                into.lock()
+                    .unwrap()
+                    .insert(pod.metadata.uid.clone().unwrap_or_default());
+            }
+        }
+    });
+    seen
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_roll_cut_by_a_restart_finishes_and_a_second_restart_evicts_nothing() {
+    let e = env("reload-restart").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"},
+               {"match": {"repository": "busybox"}, "to": "mirror.io/busybox"}]),
+    )
+    .await;
+    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
+    // minReadySeconds makes each step last: the roll is cut in its middle.
+    create(
+        &deployments,
+        json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 4, "minReadySeconds": 3, "selector": {"matchLabels": {"app": "web"}},
+                     "template": template("web", "nginx:1.27")},
+        }),
+    )
+    .await;
+    create(
+        &deployments,
+        json!({
+            "metadata": {"name": "canary"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "canary"}},
+                     "template": template("canary", "busybox:1.36")},
+        }),
+    )
+    .await;
+    pods_run(&e.pods, "web", 4, "mirror.io/nginx:1.27").await;
+    pods_run(&e.pods, "canary", 1, "mirror.io/busybox:1.36").await;
+    let seen = uids_seen(&e.pods, "web");
+    let rules = |nginx: &str, busybox: &str| {
+        json!({"spec": {"rules": [
+            {"match": {"repository": "nginx"}, "to": nginx},
+            {"match": {"repository": "busybox"}, "to": busybox}]}})
+    };
+    e.mappings
+        .patch(
+            "mirror",
+            &PatchParams::default(),
+            &Patch::Merge(&rules("mirror2.io/nginx", "mirror.io/busybox")),
+        )
+        .await
+        .unwrap();
+    wait_until(Duration::from_mins(1), "a first eviction", || {
+        op.process.metric("imagemap_pods_evicted_total") >= 1.0
+    })
+    .await;
+    // Stopped once the first replacement was admitted (mapped) by its webhook.
+    wait_until(Duration::from_mins(1), "a first replacement", || {
+        seen.lock().unwrap().len() >= 5
+    })
+    .await;
+    drop(op);
+    // A new operator finishes the roll.
+    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    let rolled = pods_run(&e.pods, "web", 4, "mirror2.io/nginx:1.27").await;
+    let after_first: Vec<_> = rolled.iter().map(|p| p.metadata.uid.clone()).collect();
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    told(&events, "web", "LiveReloadFinished").await;
+    // Each pod evicted once: 4 pods, 4 replacements.
+    assert_eq!(seen.lock().unwrap().len(), 8, "{:?}", seen.lock().unwrap());
+    drop(op);
+
+    // A second restart: the pods are current, and nothing is evicted; a change of the
+    // canary's rule shows the new leader judged every labelled pod.
+    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    e.mappings
+        .patch(
+            "mirror",
+            &PatchParams::default(),
+            &Patch::Merge(&rules("mirror2.io/nginx", "mirror2.io/busybox")),
+        )
+        .await
+        .unwrap();
+    pods_run(&e.pods, "canary", 1, "mirror2.io/busybox:1.36").await;
+    told(&events, "canary", "LiveReloadFinished").await;
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 1.0);
+    let now = pods_run(&e.pods, "web", 4, "mirror2.io/nginx:1.27").await;
+    let mut now: Vec<_> = now.iter().map(|p| p.metadata.uid.clone()).collect();
+    let mut before = after_first;
+    now.sort();
+    before.sort();
+    assert_eq!(now, before);
+    assert_eq!(seen.lock().unwrap().len(), 8);
+    println!(
+        "a roll cut after its first eviction finished under a new operator; 8 pod UIDs in all; a second restart evicted nothing"
+    );
+}
