@@ -22,6 +22,7 @@ use imagemap::runner_pod::VM_LABEL;
 use imagemap::runner_pod::pod_images;
 use imagemap::webhook_certificate::plan::Lifetimes;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
@@ -426,6 +427,20 @@ async fn scenario(
     vms.create(&PostParams::default(), &private_vm)
         .await
         .unwrap();
+    // A Deployment whose pods opt into live reload; no webhook answers here, so its pod is
+    // admitted unmapped: live reload evicts it (the Deployment is read, the pod evicted) and
+    // tells its replacement, unmapped too, NotMappedAtAdmission.
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web", "imagemap.dev/live-reload": "true"}},
+                              "spec": {"containers": [{"name": "app", "image": "busybox"}]}}},
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
 
@@ -510,6 +525,18 @@ async fn scenario(
         p.len() == 1
             && pod_disk(&p).as_deref() == Some("mirror2.io/neon/vm-compute-node-v17:latest")
     });
+    wait!(
+        "a live-reload pod evicted, its unmapped replacement told",
+        {
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("NotMappedAtAdmission"))
+        }
+    );
     let _ = clusters
         .delete(&cluster_name, &DeleteParams::default())
         .await;
@@ -680,14 +707,11 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
         .collect();
     // Rules this scenario cannot exercise: no OwnerReferencesPermissionEnforcement
     // admission plugin runs here, so nothing needs virtualmachines/finalizers; NeonVM's two
-    // rules are not reached by this scenario (no NeonVM runs in it), nor are live reload for
-    // workloads' two (tests/workload_reload.rs runs as an administrator).
+    // rules are not reached by this scenario (no NeonVM runs in it).
     let unprovable = [
         "virtualmachines/finalizers",
         "virtualmachinemigrations",
         "customresourcedefinitions",
-        "deployments",
-        "pods/eviction",
     ];
     let mut report = Vec::new();
     for (i, rule) in rules.iter().enumerate() {

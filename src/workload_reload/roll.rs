@@ -145,17 +145,16 @@ pub fn step(
         }
         memory.evicted = None;
     }
-    let mut stale = pods
-        .iter()
-        .filter(|p| !p.changes.is_empty() && !memory.unmapped.contains(&p.pod.uid));
-    let Some(first) = stale.clone().min_by_key(|p| p.pod.name.as_str()) else {
-        return Step::Current;
-    };
+    // An unmapped replacement holds the roll (and is never evicted) while it exists.
     if let Some(unmapped) = pods.iter().find(|p| memory.unmapped.contains(&p.pod.uid)) {
         return Step::Wait(Wait::UnmappedReplacement {
             pod: unmapped.pod.name.clone(),
         });
     }
+    let mut stale = pods.iter().filter(|p| !p.changes.is_empty());
+    let Some(first) = stale.clone().min_by_key(|p| p.pod.name.as_str()) else {
+        return Step::Current;
+    };
     let Some(status) = status else {
         return Step::Wait(Wait::NotListed);
     };

@@ -231,6 +231,17 @@ fn a_replacement_that_came_back_unmapped_is_never_evicted_and_holds_the_roll() {
     );
     assert!(memory.unmapped.contains("3"));
     assert_eq!(left(&pods, &memory), 1);
+    // The only stale pod left is the unmapped one: still held, never current, never evicted.
+    let alone = [RollPod {
+        pod: &unmapped,
+        changes: &stale,
+    }];
+    for _ in 0..3 {
+        assert_eq!(
+            step(Some(&settled), &alone, &mut memory, later),
+            Step::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
+        );
+    }
     // Once it is gone, the roll goes on.
     let pods = [RollPod {
         pod: &b,

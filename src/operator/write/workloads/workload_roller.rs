@@ -209,7 +209,7 @@ impl WorkloadRoller {
                     tracing::info!(%workload, replaced = memory.roll.replaced, "live reload finished");
                     self.tell(workload, status.as_ref(), memory, &event).await;
                 }
-                memory.roll = RollMemory::default();
+                memory.roll.replaced = 0;
                 false
             }
             Step::Wait(Wait::Stalled { evicted }) => {
