@@ -14,7 +14,7 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use imagemap::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
 use imagemap::mapping_status::{
-    MappingView, VmCount, VmTally, dry_runs, mapping_statuses, statuses,
+    MappingView, PodTally, VmCount, VmTally, dry_runs, mapping_statuses, statuses,
 };
 use imagemap::namespaced_name::NamespacedName;
 use imagemap::rules::{CompileOptions, MappingInput, MappingKey, Mode, RuleSet, Scope};
@@ -133,7 +133,7 @@ fn bench(c: &mut Criterion) {
                         kept.set(name.clone(), Some(counts[turn].clone()));
                     }
                     black_box(
-                        statuses(&set, &mappings, &kept, &digest, &now)
+                        statuses(&set, &mappings, &kept, &PodTally::default(), &digest, &now)
                             .statuses
                             .len(),
                     )

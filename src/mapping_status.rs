@@ -16,7 +16,9 @@ use crate::rules::{
 };
 use crate::vm_images::VmView;
 
+mod pod_tally;
 mod vm_tally;
+pub use pod_tally::{PodTally, ReloadCount};
 pub use vm_tally::{Ties, VmCount, VmTally};
 
 /// What a mapping's status is computed from.
@@ -116,6 +118,8 @@ const MAPPING_KSTATUS: KstatusRules<'static> = KstatusRules {
 
 /// The most VMs `awaitingRestart` lists (the count says how many there are).
 pub const LISTED_AWAITING: usize = 100;
+/// Most workloads a status lists as rolling.
+pub const LISTED_ROLLING: usize = 10;
 
 /// Most bytes of a rule's `problem`.
 const PROBLEM_LIMIT: usize = 1024;
@@ -161,7 +165,14 @@ pub fn mapping_statuses<'a>(
         default_runner_image,
         &dry_runs(mappings),
     );
-    statuses(preview, mappings, &tally, digest_of, now)
+    statuses(
+        preview,
+        mappings,
+        &tally,
+        &PodTally::default(),
+        digest_of,
+        now,
+    )
 }
 
 /// The mappings of `mappings` that are dry runs.
@@ -181,6 +192,7 @@ pub fn statuses(
     preview: &RuleSet,
     mappings: &[MappingView<'_>],
     tally: &VmTally,
+    pods: &PodTally,
     digest_of: &dyn Fn(&MappingKey, &str) -> Option<String>,
     now: &Time,
 ) -> MappingStatuses {
@@ -193,6 +205,7 @@ pub fn statuses(
             .map(|i| RuleStatus {
                 index: i32::try_from(i).unwrap_or(i32::MAX),
                 affected_vms: i32::try_from(tally.vms_of_rule(&m.key, i)).unwrap_or(i32::MAX),
+                affected_pods: i32::try_from(pods.pods_of_rule(&m.key, i)).unwrap_or(i32::MAX),
                 problem: RuleProblem::for_rule(&own, i)
                     .map(|p| cut_bytes(&p.to_string(), PROBLEM_LIMIT)),
                 followed_tags: tally
@@ -250,10 +263,22 @@ pub fn statuses(
                     .take(LISTED_AWAITING)
                     .map(ToString::to_string)
                     .collect(),
+                affected_pods: Some(pods.pods_of(&m.key)).filter(|&n| n > 0).map(count),
+                unmapped_pods: Some(pods.unmapped(&m.key)).filter(|&n| n > 0).map(count),
+                pods_awaiting_roll: Some(pods.waiting(&m.key)).filter(|&n| n > 0).map(count),
+                rolling_workloads_count: Some(pods.rolling(&m.key).len())
+                    .filter(|&n| n > 0)
+                    .map(count),
+                rolling_workloads: pods.rolling(&m.key).take(LISTED_ROLLING).cloned().collect(),
             },
         );
     }
     out
+}
+
+/// A count as a status holds it.
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]

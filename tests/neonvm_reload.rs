@@ -322,6 +322,16 @@ async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_ot
         now.data["status"]["restartCount"].as_i64().unwrap_or(0),
         restarts
     );
+    // The live-reload VM's pod carries the label too (NeonVM copies the VM's labels), yet
+    // live reload for workloads leaves it to NeonVM's: one DELETE, no eviction.
+    let requests = |verb: &str, resource: &str| {
+        operator.process.metric(&format!(
+            "imagemap_api_requests_total{{verb=\"{verb}\",resource=\"{resource}\","
+        ))
+    };
+    assert!((requests("delete", "pods") - 1.0).abs() < f64::EPSILON);
+    assert!(requests("create", "pods/eviction").abs() < f64::EPSILON);
+    assert!(operator.process.metric("imagemap_pods_evicted_total").abs() < f64::EPSILON);
     for vm in ["live", "steady", "never"] {
         for (reason, message) in bed.events(vm).await {
             println!("event on {vm}: {reason}: {message}");

@@ -171,8 +171,19 @@ async fn a_deployment_under_a_budget_rolls_on_a_mapping_change_and_its_spec_stay
                "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}),
     )
     .await;
+    // And one a custom resource controls (the ImageMapping itself: nothing recreates it).
+    let owner = e.mappings.get("mirror").await.unwrap();
+    create(
+        &e.pods,
+        json!({"metadata": {"name": "owned", "labels": {"app": "owned", LIVE: "true"},
+                            "ownerReferences": [{"apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping",
+                                                 "name": "mirror", "uid": owner.metadata.uid, "controller": true}]},
+               "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}),
+    )
+    .await;
     pods_run(&e.pods, "web", 3, "mirror.io/nginx:1.27").await;
     let lonely = pods_run(&e.pods, "lonely", 1, "mirror.io/nginx:1.27").await;
+    let controlled = pods_run(&e.pods, "owned", 1, "mirror.io/nginx:1.27").await;
     let before = deployments.get("web").await.unwrap();
     let replica_sets: Api<ReplicaSet> = Api::namespaced(e.client.clone(), &e.ns);
     assert_eq!(
@@ -234,7 +245,17 @@ async fn a_deployment_under_a_budget_rolls_on_a_mapping_change_and_its_spec_stay
     let still = e.pods.get("lonely").await.unwrap();
     assert_eq!(still.metadata.uid, lonely[0].metadata.uid);
     assert_eq!(image(&still), "mirror.io/nginx:1.27");
+    let message = told(&events, "owned", "RestartRequired").await;
+    assert!(message.contains("ImageMapping mirror"), "{message}");
+    let still = e.pods.get("owned").await.unwrap();
+    assert_eq!(still.metadata.uid, controlled[0].metadata.uid);
     assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 3.0);
+    // Counted: the 3 rolled pods and the lonely one, mapped at admission and decided by the
+    // rule now.
+    wait_status(&e, |s| {
+        s.affected_pods == Some(4) && s.rules[0].affected_pods == 4
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -367,6 +388,12 @@ async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
     assert_eq!(uids(&now), uids(&first));
     assert!(now.iter().all(|p| p.metadata.deletion_timestamp.is_none()));
     assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 0.0);
+    // The mapping's status counts the pods waiting and the workload rolling.
+    let rolling = format!("Deployment {}/web", e.ns);
+    let status = wait_status(&e, |s| s.pods_awaiting_roll == Some(2)).await;
+    assert_eq!(status.rolling_workloads, [rolling]);
+    assert_eq!(status.rolling_workloads_count, Some(1));
+    assert_eq!(op.process.metric("imagemap_workload_rolls"), 1.0);
     // The budget allows one: the roll goes on.
     budgets
         .patch(
@@ -379,6 +406,38 @@ async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
     pods_run(&e.pods, "web", 2, "mirror2.io/nginx:1.27").await;
     told(&events, "web", "LiveReloadFinished").await;
     assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 2.0);
+    let status = wait_status(&e, |s| {
+        s.pods_awaiting_roll.is_none() && s.affected_pods == Some(2)
+    })
+    .await;
+    assert!(status.rolling_workloads.is_empty());
+    assert_eq!(status.rules[0].affected_pods, 2);
+    assert_eq!(op.process.metric("imagemap_workload_rolls"), 0.0);
+}
+
+/// Waits until the status of the mapping `mirror` satisfies `pred`; that status.
+async fn wait_status(
+    e: &support::vms::Env,
+    pred: impl Fn(&imagemap::api::ImageMappingStatus) -> bool,
+) -> imagemap::api::ImageMappingStatus {
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    loop {
+        let status = e
+            .mappings
+            .get("mirror")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if pred(&status) {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mapping's status: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Every pod UID of `app` seen from now on.

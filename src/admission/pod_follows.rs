@@ -1,9 +1,11 @@
-//! Which followed tags a pod admitted earlier runs: each recorded original resolved again by
-//! the rules in force, as the webhook resolved it. The leader keeps those tags checked while
-//! the pod exists, so that later pods asking for them are pinned — that is how a tag only
-//! pods follow is asked of the leader: by the pod the webhook admitted unpinned.
+//! What the rules in force make of a pod admitted earlier: each recorded original resolved
+//! again, as the webhook resolved it — the rules that decide its containers (the mapping
+//! statuses count the pod for them) and the followed tags among the results. The leader keeps
+//! those tags checked while the pod exists, so that later pods asking for them are pinned —
+//! that is how a tag only pods follow is asked of the leader: by the pod the webhook admitted
+//! unpinned.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::admission::records;
 use crate::rules::{Mode, RuleRef, RuleSet};
@@ -16,20 +18,36 @@ pub struct PodFollows {
     pub rule: Option<RuleRef>,
 }
 
-/// The followed tags of a pod of `namespace` with `labels` and `annotations`, in a namespace
-/// labelled `namespace_labels`, under `rules`.
+/// What the rules make of a pod: the rules that decide its recorded containers, and the
+/// followed tags among their results.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodResolved {
+    pub rules: BTreeSet<RuleRef>,
+    pub follows: Vec<PodFollows>,
+}
+
+/// What `rules` make of a pod of `namespace` with `labels` and `originals` (its records), in
+/// a namespace labelled `namespace_labels`.
 #[must_use]
 pub fn pod_follows(
     rules: &RuleSet,
     namespace: &str,
     labels: &BTreeMap<String, String>,
-    annotations: &BTreeMap<String, String>,
+    originals: &BTreeMap<String, String>,
     namespace_labels: &BTreeMap<String, String>,
-) -> Vec<PodFollows> {
+) -> PodResolved {
     let who = records::pod_requester(namespace, labels, namespace_labels);
-    let mut follows: Vec<PodFollows> = Vec::new();
-    for (slot, requested) in records::originals(annotations) {
-        let resolution = resolve_slot(rules, ImageSlot { slot, requested }, &who, Mode::Live);
+    let mut out = PodResolved::default();
+    for (slot, requested) in originals {
+        let image_slot = ImageSlot {
+            slot: slot.clone(),
+            requested: requested.clone(),
+        };
+        let resolution = resolve_slot(rules, image_slot, &who, Mode::Live);
+        if let (Some(rule), Ok(_)) = (&resolution.rule, &resolution.outcome) {
+            out.rules.insert(rule.clone());
+        }
+        let follows = &mut out.follows;
         if let (true, Ok(reference)) = (resolution.follow_tag, resolution.outcome) {
             let follows_one = PodFollows {
                 reference,
@@ -40,7 +58,7 @@ pub fn pod_follows(
             }
         }
     }
-    follows
+    out
 }
 
 #[cfg(test)]
@@ -61,8 +79,12 @@ mod tests {
             r#"{"app": "app:1", "init:again": "app:2", "web": "web:1"}"#.to_string(),
         )]);
         let none = BTreeMap::new();
-        let follows = pod_follows(&rules, "dev", &none, &annotations, &none);
+        let originals = records::originals(&annotations);
+        let resolved = pod_follows(&rules, "dev", &none, &originals, &none);
+        let follows = resolved.follows;
         assert_eq!(follows.len(), 1, "{follows:?}");
+        // Both mappings decide a container of it.
+        assert_eq!(resolved.rules.len(), 2);
         assert_eq!(follows[0].reference, "mirror.io/app:latest");
         assert_eq!(
             follows[0].rule.as_ref().map(|r| r.mapping.name.as_str()),
@@ -70,7 +92,13 @@ mod tests {
         );
         // Opted out of the namespace's rules, or with no record: nothing.
         let skip = BTreeMap::from([(SKIP_LABEL.to_string(), "true".to_string())]);
-        assert!(pod_follows(&rules, "dev", &skip, &annotations, &none).is_empty());
-        assert!(pod_follows(&rules, "dev", &none, &none, &none).is_empty());
+        assert_eq!(
+            pod_follows(&rules, "dev", &skip, &originals, &none),
+            PodResolved::default()
+        );
+        assert_eq!(
+            pod_follows(&rules, "dev", &none, &none, &none),
+            PodResolved::default()
+        );
     }
 }

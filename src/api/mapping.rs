@@ -225,6 +225,27 @@ pub struct ImageMappingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 2_147_483_647))]
     pub awaiting_restart_count: Option<i32>,
+    /// Number of pods admission mapped with at least one image this mapping's rules decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
+    pub affected_pods: Option<i32>,
+    /// Live-reload pods this mapping would change that admission did not map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
+    pub unmapped_pods: Option<i32>,
+    /// Live-reload pods waiting to be rolled for a change of this mapping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
+    pub pods_awaiting_roll: Option<i32>,
+    /// Workloads (`Kind namespace/name`) rolling for a change of this mapping: the first 10 by
+    /// name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub rolling_workloads: Vec<String>,
+    /// How many workloads roll for it, listed in `rollingWorkloads` or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
+    pub rolling_workloads_count: Option<i32>,
 }
 
 /// The observed state of one rule.
@@ -238,6 +259,10 @@ pub struct RuleStatus {
     #[serde(rename = "affectedVMs")]
     #[schemars(range(min = 0, max = 2_147_483_647))]
     pub affected_vms: i32,
+    /// Pods admission mapped whose images this rule decides.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 2_147_483_647))]
+    pub affected_pods: i32,
     /// Why the rule is not used or is in conflict, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
@@ -260,4 +285,9 @@ pub struct FollowedTag {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 135))]
     pub digest: Option<String>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }

@@ -293,7 +293,14 @@ fn kept_and_counted(
 ) -> (MappingStatuses, MappingStatuses) {
     let now = Time(Timestamp::from_second(1_800_000_000).unwrap());
     let full = mapping_statuses(set, mappings, vms, awaiting, "runner", &|_, _| None, &now);
-    let kept = statuses(set, mappings, kept, &|_, _| None, &now);
+    let kept = statuses(
+        set,
+        mappings,
+        kept,
+        &PodTally::default(),
+        &|_, _| None,
+        &now,
+    );
     (kept, full)
 }
 

@@ -29,7 +29,7 @@ impl Scope {
 }
 
 /// A mapping as the engine sees it, from either kind.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MappingInput {
     pub scope: Scope,
     /// Namespace of an ImageMapping; `None` for a ClusterImageMapping.

@@ -13,6 +13,7 @@ mod mapping;
 mod pattern;
 mod precedence;
 mod problem;
+pub mod reach;
 mod regex_cost;
 mod resolve;
 mod rewrite;
@@ -110,6 +111,8 @@ pub struct RuleSet {
     local_registry: Option<Arc<LocalRegistry>>,
     /// The regexes this set compiled, for the next one to reuse.
     regexes: RegexCache,
+    /// Each mapping as given (valid or not), to tell what the next set changed.
+    inputs: BTreeMap<MappingKey, MappingInput>,
 }
 
 /// Why the winning rule produced no usable reference.
@@ -194,6 +197,7 @@ impl RuleSet {
             },
             name: input.name.clone(),
         };
+        self.inputs.insert(key.clone(), input.clone());
         let selectors = compile_selector(input.selector.as_ref(), "selector").and_then(|s| {
             compile_selector(input.namespace_selector.as_ref(), "namespaceSelector").map(|n| (s, n))
         });

@@ -2,7 +2,7 @@
 //! containers run and were pulled at, what it asked for, whether it is Ready and since when
 //! — and what its rules make of it now, as admission would map it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -10,8 +10,17 @@ use k8s_openapi::jiff::Timestamp;
 use crate::admission::pod_mutation::{DigestOf, admitted};
 use crate::admission::pod_slots::SlotKind;
 use crate::admission::records::{self, LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
-use crate::rules::RuleSet;
-use crate::workload_reload::{PodOwner, image_id_digest, pod_owner};
+use crate::rules::{MappingKey, RuleRef, RuleSet};
+use crate::workload_reload::{Change, PodOwner, changes, image_id_digest, pod_owner};
+
+/// What the rules make of a pod's containers now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// Slot key → image.
+    pub images: BTreeMap<String, String>,
+    /// Slot key → the rule that decides it.
+    pub rules: BTreeMap<String, RuleRef>,
+}
 
 /// A labelled pod, as live reload needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,9 +106,9 @@ impl LivePod {
         self.labels.get(LIVE_RELOAD_LABEL).map(String::as_str) == Some("true")
     }
 
-    /// What admission would map each of the pod's containers to now: each resolved from
-    /// its recorded original, else from its image (a container the rules cannot map keeps
-    /// its image).
+    /// What admission would map each of the pod's containers to now, and the rule behind
+    /// each: each resolved from its recorded original, else from its image (a container the
+    /// rules cannot map keeps its image).
     #[must_use]
     pub fn resolved(
         &self,
@@ -107,16 +116,39 @@ impl LivePod {
         namespace: &str,
         namespace_labels: &BTreeMap<String, String>,
         digest_of: &DigestOf<'_>,
-    ) -> BTreeMap<String, String> {
+    ) -> Resolved {
         let who = records::pod_requester(namespace, &self.labels, namespace_labels);
-        self.images
+        let mut out = Resolved::default();
+        for (slot, image) in &self.images {
+            let requested = self.originals.get(slot).unwrap_or(image);
+            let (resolution, resolved, _) = admitted(rules, &who, slot, requested, digest_of);
+            if let Some(rule) = resolution.rule {
+                out.rules.insert(slot.clone(), rule);
+            }
+            out.images
+                .insert(slot.clone(), resolved.unwrap_or_else(|| image.clone()));
+        }
+        out
+    }
+
+    /// The containers whose image differs from what the rules resolve to now
+    /// ([`crate::workload_reload::changes`]), and the mappings whose rules decide them.
+    #[must_use]
+    pub fn stale(
+        &self,
+        rules: &RuleSet,
+        namespace: &str,
+        namespace_labels: &BTreeMap<String, String>,
+        digest_of: &DigestOf<'_>,
+    ) -> (Vec<Change>, BTreeSet<MappingKey>) {
+        let resolved = self.resolved(rules, namespace, namespace_labels, digest_of);
+        let found = changes(&self.images, &resolved.images, &self.image_ids);
+        let mappings = found
             .iter()
-            .map(|(slot, image)| {
-                let requested = self.originals.get(slot).unwrap_or(image);
-                let (_, resolved, _) = admitted(rules, &who, slot, requested, digest_of);
-                (slot.clone(), resolved.unwrap_or_else(|| image.clone()))
-            })
-            .collect()
+            .filter_map(|c| resolved.rules.get(&c.slot))
+            .map(|r| r.mapping.clone())
+            .collect();
+        (found, mappings)
     }
 
     /// Whether the pod has been Ready for `min_ready_seconds` at `now`: Available.
@@ -179,13 +211,14 @@ mod tests {
             &CompileOptions::default(),
         );
         let resolved = live.resolved(&rules, "dev", &none, &no_digest);
-        assert_eq!(resolved, live.images);
+        assert_eq!(resolved.images, live.images);
+        assert_eq!(resolved.rules["app"].mapping.name, "m");
         // A changed rule maps the original elsewhere; an unmapped container keeps its image.
         let rules = RuleSet::compile(
             &[repository_mapping("m", "nginx", "other.io/nginx", false)],
             &CompileOptions::default(),
         );
-        let resolved = live.resolved(&rules, "dev", &none, &no_digest);
+        let resolved = live.resolved(&rules, "dev", &none, &no_digest).images;
         assert_eq!(resolved["app"], "other.io/nginx:1");
         assert_eq!(resolved["init:setup"], "busybox");
     }

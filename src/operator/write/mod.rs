@@ -34,6 +34,8 @@ use crate::operator::read::watches::listed::Listed;
 use crate::operator::read::{ReadSide, Told};
 use crate::operator::tasks::Tasks;
 use mapping_statuses::mapping_status_writer::{self, StatusWriter};
+use mapping_statuses::pod_counts::PodCounts;
+use mapping_statuses::pod_scanner::{self, PodScanner};
 use mapping_statuses::status_due::StatusDue;
 use neonvm::runner_reloader::{self, RunnerReloader};
 use tags::credentials_watcher::{self, CredentialsWatcher};
@@ -110,6 +112,7 @@ pub async fn run(
     let listed = caches.listed.clone();
     let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
     let status_due = Arc::new(StatusDue::default());
+    let pod_counts = Arc::new(PodCounts::new(Arc::clone(&status_due)));
     let memory = Arc::new(VmMemory::default());
     let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
     let budget = Arc::new(RecreationBudget::new(options.max_recreates_per_minute));
@@ -165,7 +168,24 @@ pub async fn run(
             }),
         );
     }
-    if options.webhook.is_some() {
+    if let Some(webhook) = &options.webhook {
+        tasks.spawn(
+            "unmapped pod scanner",
+            pod_scanner::run(PodScanner {
+                client: client.clone(),
+                namespaces: options.namespaces.clone(),
+                excluded: webhook.excluded.clone(),
+                caches: caches.clone(),
+                rules: Arc::clone(&rules),
+                digests: Arc::clone(&digests),
+                counts: Arc::clone(&pod_counts),
+                loaded: vec![
+                    rules_loaded.clone(),
+                    caches.listed.namespaces.clone(),
+                    digests_loaded.clone(),
+                ],
+            }),
+        );
         let state = Arc::new(WorkloadState::default());
         let watched = Listed::default();
         tasks.spawn(
@@ -188,6 +208,7 @@ pub async fn run(
                 recorder: recorder.clone(),
                 budget: Arc::clone(&budget),
                 metrics: Arc::clone(&metrics),
+                counts: Arc::clone(&pod_counts),
                 loaded: vec![
                     rules_loaded.clone(),
                     caches.listed.namespaces.clone(),
@@ -204,6 +225,7 @@ pub async fn run(
                 caches: caches.clone(),
                 rules: Arc::clone(&rules),
                 followed: Arc::clone(&followed),
+                counts: Arc::clone(&pod_counts),
             }),
         );
     }
@@ -304,6 +326,7 @@ pub async fn run(
             progress: Arc::clone(&progress),
             metrics: Arc::clone(&metrics),
             neonvm: Arc::clone(&neonvm),
+            pods: pod_counts,
         }),
     );
     // What the rooms remember of a VM goes with it.

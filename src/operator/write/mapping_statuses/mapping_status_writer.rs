@@ -24,6 +24,7 @@ use crate::operator::read::digests::followed_tags::FollowedTags;
 use crate::operator::read::neonvm::neonvm_state::NeonVmState;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;
+use crate::operator::write::mapping_statuses::pod_counts::PodCounts;
 use crate::operator::write::mapping_statuses::status_due::StatusDue;
 use crate::operator::write::writes::requests::{Written, apply_status};
 use crate::rule_change;
@@ -49,6 +50,8 @@ pub struct StatusWriter {
     pub metrics: Arc<Metrics>,
     /// NeonVM's VMs, counted beside imagemap's.
     pub neonvm: Arc<NeonVmState>,
+    /// The pods, counted beside the VMs.
+    pub pods: Arc<PodCounts>,
 }
 
 /// Runs one status pass each time [`StatusWriter::due`] is notified.
@@ -218,13 +221,16 @@ async fn write_statuses(ctx: &StatusWriter, counted: &mut Counted) -> usize {
         list.extend(cluster.iter().map(|m| MappingView::from(m.as_ref())));
     }
     counted.update(ctx, &rules, &mapping_status::dry_runs(&list));
-    let computed = mapping_status::statuses(
-        &rules,
-        &list,
-        &counted.tally,
-        &|mapping, reference| ctx.followed.digest_for_mapping(mapping, reference),
-        &conditions::now(),
-    );
+    let computed = ctx.pods.with(|pods| {
+        mapping_status::statuses(
+            &rules,
+            &list,
+            &counted.tally,
+            pods,
+            &|mapping, reference| ctx.followed.digest_for_mapping(mapping, reference),
+            &conditions::now(),
+        )
+    });
     ctx.metrics.set_conflicts(computed.rules_in_conflict);
     let mut failed = 0;
     for m in &list {

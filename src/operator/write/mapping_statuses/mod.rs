@@ -4,4 +4,6 @@
 //! the pure `crate::mapping_status`.
 
 pub mod mapping_status_writer;
+pub mod pod_counts;
+pub mod pod_scanner;
 pub mod status_due;

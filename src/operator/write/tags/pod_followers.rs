@@ -1,31 +1,35 @@
-//! The leader keeps the tags pods run checked: a metadata watch of the pods the webhook
-//! mapped (label `imagemap.dev/mapped=true`), each pod's recorded originals resolved by the
-//! rules in force (`admission::pod_follows`), and the followed tags among them followed for
-//! the pod while it exists. A pod admitted with a tag no replica held a digest for is thus
-//! how its check is asked of the leader; once checked, the digest is published to every
-//! replica and later pods are pinned. Metadata only: a pod costs its labels and annotations
-//! while its event is handled, and its followed tags after.
+//! The leader follows the pods the webhook mapped: a metadata watch of the pods labelled
+//! `imagemap.dev/mapped=true`, each pod's recorded originals resolved by the rules in force
+//! (`admission::pod_follows`) — again for every pod when the rules change. The rules that
+//! decide a pod's containers are counted for the mapping statuses (`PodCounts`), and the
+//! followed tags among the results are followed for the pod while it exists: a pod admitted
+//! with a tag no replica held a digest for is thus how its check is asked of the leader; once
+//! checked, the digest is published to every replica and later pods are pinned. Metadata
+//! only: a pod costs its labels and recorded originals.
 
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::{StreamExt, stream};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::admission::pod_follows::pod_follows;
-use crate::admission::records::{MAPPED, MAPPED_LABEL};
+use crate::admission::records::{self, MAPPED, MAPPED_LABEL};
 use crate::excerpt::excerpt;
 use crate::namespaced_name::NamespacedName;
 use crate::operator::read::digests::followed_tags::{Followed, FollowedTags, Follower};
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;
+use crate::operator::read::watches::scoped_watches::{Relists, key_of, watches};
 use crate::operator::read::watches::watch_backoff::WatchBackoff;
+use crate::operator::write::mapping_statuses::pod_counts::PodCounts;
 
-/// What the pod followers read and follow tags in.
+/// What the pod followers read, follow tags in and count into.
 pub struct PodFollowers {
     pub client: Client,
     /// The namespaces the operator acts in (empty: all).
@@ -33,102 +37,110 @@ pub struct PodFollowers {
     pub caches: Caches,
     pub rules: Arc<RulesInForce>,
     pub followed: Arc<FollowedTags>,
+    pub counts: Arc<PodCounts>,
 }
 
-fn follower(pod: &PartialObjectMeta<Pod>) -> Option<Follower> {
-    Some(Follower::Pod(NamespacedName {
-        namespace: pod.metadata.namespace.clone()?,
-        name: pod.metadata.name.clone()?,
-    }))
+/// What is kept of a mapped pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Kept {
+    labels: BTreeMap<String, String>,
+    originals: BTreeMap<String, String>,
+}
+
+impl Kept {
+    fn of(pod: &PartialObjectMeta<Pod>) -> Kept {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        Kept {
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            originals: records::originals(&annotations),
+        }
+    }
 }
 
 impl PodFollowers {
-    /// The tags `pod` follows now, as the rules in force resolve its recorded originals.
-    fn follows(&self, pod: &PartialObjectMeta<Pod>) -> Vec<Followed> {
-        let Some(namespace) = pod.metadata.namespace.as_deref() else {
-            return Vec::new();
-        };
-        let empty = std::collections::BTreeMap::new();
-        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
-        let namespace_labels = self.caches.namespace_labels(namespace);
+    /// Resolves `pod` by the rules in force: follows its tags, counts its rules.
+    fn judge(&self, key: &NamespacedName, pod: &Kept) {
+        let namespace_labels = self.caches.namespace_labels(&key.namespace);
         let rules = self.rules.current();
-        pod_follows(&rules, namespace, labels, annotations, &namespace_labels)
+        let resolved = pod_follows(
+            &rules,
+            &key.namespace,
+            &pod.labels,
+            &pod.originals,
+            &namespace_labels,
+        );
+        let follows = resolved
+            .follows
             .into_iter()
-            .map(|f| Followed::of(&f.reference, f.rule.as_ref(), namespace))
-            .collect()
+            .map(|f| Followed::of(&f.reference, f.rule.as_ref(), &key.namespace))
+            .collect();
+        self.followed
+            .follow_as(&Follower::Pod(key.clone()), follows, Instant::now());
+        self.counts.admitted(key.clone(), Some(resolved.rules));
     }
 
-    /// Records what `pod` follows; whether it follows any.
-    fn apply(&self, pod: &PartialObjectMeta<Pod>) -> Option<Follower> {
-        let who = follower(pod)?;
-        let follows = self.follows(pod);
-        let any = !follows.is_empty();
-        self.followed.follow_as(&who, follows, Instant::now());
-        any.then_some(who)
+    fn forget(&self, key: &NamespacedName) {
+        self.followed.forget_follower(&Follower::Pod(key.clone()));
+        self.counts.admitted(key.clone(), None);
     }
 }
 
-/// Follows the tags of mapped pods until the future is dropped.
+/// Follows the mapped pods until the future is dropped.
 pub async fn run(followers: PodFollowers) {
     let config = watcher::Config::default().labels(&format!("{MAPPED_LABEL}={MAPPED}"));
-    let apis: Vec<Api<PartialObjectMeta<Pod>>> = if followers.namespaces.is_empty() {
-        vec![Api::all(followers.client.clone())]
-    } else {
-        followers
-            .namespaces
-            .iter()
-            .map(|ns| Api::namespaced(followers.client.clone(), ns))
-            .collect()
-    };
-    let mut events = stream::select_all(apis.into_iter().map(|api| {
-        watcher(api, config.clone())
-            .backoff(WatchBackoff::default())
-            .boxed()
-    }));
-    // The pods that follow a tag; during a re-list, those seen in it.
-    let mut following: HashSet<Follower> = HashSet::new();
-    let mut relisted: Option<HashSet<Follower>> = None;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Apply(pod)) => {
-                match followers.apply(&pod) {
-                    Some(who) => following.insert(who),
-                    None => follower(&pod).is_some_and(|who| following.remove(&who)),
-                };
-            }
-            Ok(watcher::Event::Delete(pod)) => {
-                if let Some(who) = follower(&pod) {
-                    followers.followed.forget_follower(&who);
-                    following.remove(&who);
+    let client = followers.client.clone();
+    let mut events = watches(
+        &followers.namespaces,
+        move |ns: Option<&str>| match ns {
+            Some(ns) => Api::<PartialObjectMeta<Pod>>::namespaced(client.clone(), ns),
+            None => Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        },
+        &config,
+        |api, config| watcher(api, config).backoff(WatchBackoff::default()),
+    );
+    let mut rules = followers.rules.changes();
+    // Borrowed by one of `relists.apply`'s two closures at a time.
+    let pods: RefCell<HashMap<NamespacedName, Kept>> = RefCell::default();
+    let mut relists = Relists::default();
+    loop {
+        tokio::select! {
+            Some((ns, event)) = events.next() => match event {
+                Ok(event) => relists.apply(
+                    ns,
+                    event,
+                    key_of,
+                    |key, pod| {
+                        let Some(pod) = pod else {
+                            pods.borrow_mut().remove(&key);
+                            followers.forget(&key);
+                            return;
+                        };
+                        let kept = Kept::of(pod);
+                        let mut pods = pods.borrow_mut();
+                        if pods.get(&key) != Some(&kept) {
+                            followers.judge(&key, &kept);
+                            pods.insert(key, kept);
+                        }
+                    },
+                    |ns, found| {
+                        let found: HashSet<&NamespacedName> = found.iter().collect();
+                        pods.borrow_mut().retain(|key, _| {
+                            let keep = found.contains(key) || ns.is_some_and(|ns| key.namespace != ns);
+                            if !keep {
+                                followers.forget(key);
+                            }
+                            keep
+                        });
+                    },
+                ),
+                Err(e) => tracing::debug!(error = %excerpt(&e.to_string()), "watching mapped pods"),
+            },
+            Ok(()) = rules.changed() => {
+                for (key, pod) in pods.borrow().iter() {
+                    followers.judge(key, pod);
                 }
             }
-            Ok(watcher::Event::Init) => relisted = Some(HashSet::new()),
-            Ok(watcher::Event::InitApply(pod)) => {
-                if let Some(who) = followers.apply(&pod) {
-                    following.insert(who.clone());
-                    if let Some(seen) = relisted.as_mut() {
-                        seen.insert(who);
-                    }
-                }
-            }
-            // With several namespaces, one's re-list forgets only what it no longer has
-            // when it is the only watch: otherwise a pod gone while a watch was down is
-            // forgotten at its namespace's next event for it, or stays followed (checked
-            // needlessly) until the operator restarts.
-            Ok(watcher::Event::InitDone) => {
-                if let Some(seen) = relisted.take()
-                    && followers.namespaces.len() <= 1
-                {
-                    for gone in following.difference(&seen) {
-                        followers.followed.forget_follower(gone);
-                    }
-                    following = seen;
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %excerpt(&e.to_string()), "watching mapped pods");
-            }
+            else => return,
         }
     }
 }

@@ -11,7 +11,7 @@
 //! What it compares is what runs, so a pod current before the operator restarted is current
 //! after it, and a roll cut by a restart goes on from where it is.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
+use crate::mapping_status::ReloadCount;
 use crate::namespaced_name::NamespacedName;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::read::digests::followed_tags::Followed;
@@ -26,16 +27,17 @@ use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;
 use crate::operator::read::watches::listed::Listed;
+use crate::operator::write::mapping_statuses::pod_counts::PodCounts;
 use crate::operator::write::vms::recreation_budget::RecreationBudget;
 use crate::operator::write::workloads::eviction::{Eviction, evict};
 use crate::operator::write::workloads::workload_state::WorkloadState;
 use crate::operator::write::writes::events::EventRecorder;
-use crate::rules::RuleSet;
+use crate::rules::{MappingKey, RuleSet};
 use crate::vm_plan::VmEvent;
 use crate::workload_reload::live_pod::LivePod;
 use crate::workload_reload::roll::{self, RollMemory, RollPod, Step, Wait};
 use crate::workload_reload::workload_status::WorkloadStatus;
-use crate::workload_reload::{Change, PodOwner, WorkloadKey, WorkloadKind, changes};
+use crate::workload_reload::{Change, PodOwner, WorkloadKey, WorkloadKind};
 
 /// How often everything is looked at again while a roll waits (a replacement's
 /// `minReadySeconds` passing, a backoff ending), and when nothing waits.
@@ -57,6 +59,8 @@ pub struct WorkloadRoller {
     pub recorder: EventRecorder,
     pub budget: Arc<RecreationBudget>,
     pub metrics: Arc<Metrics>,
+    /// The mapping statuses' pod counts: pods not mapped at admission, waiting, rolling.
+    pub counts: Arc<PodCounts>,
     /// What it judges from, listed once: the rules, the namespaces' labels, the digests,
     /// the pods and workloads. Judged before, every mapped pod would look stale.
     pub loaded: Vec<Listed>,
@@ -73,8 +77,8 @@ struct Memory {
     told: Option<(&'static str, String)>,
 }
 
-/// A stale pod of a workload, and what changed.
-type Group = Vec<(LivePod, Vec<Change>)>;
+/// A labelled pod of a workload, what changed, and the mappings whose rules changed it.
+type Group = Vec<(LivePod, Vec<Change>, BTreeSet<MappingKey>)>;
 
 impl WorkloadRoller {
     /// Each labelled pod's changes, grouped by the workload that rolls it; pods nothing
@@ -83,6 +87,7 @@ impl WorkloadRoller {
         &self,
         rules: &RuleSet,
         told: &mut HashMap<String, (&'static str, String)>,
+        counted: &mut Vec<(NamespacedName, ReloadCount)>,
     ) -> BTreeMap<WorkloadKey, Group> {
         let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
             self.digests.get(&Followed::of(reference, rule, ns))
@@ -92,12 +97,21 @@ impl WorkloadRoller {
         for (key, pod) in self.state.pods() {
             present.insert(pod.uid.clone());
             let namespace_labels = self.caches.namespace_labels(&key.namespace);
-            let resolved = pod.resolved(rules, &key.namespace, &namespace_labels, &digest_of);
-            let found = changes(&pod.images, &resolved, &pod.image_ids);
+            let (found, mappings) = pod.stale(rules, &key.namespace, &namespace_labels, &digest_of);
+            if !pod.mapped && !mappings.is_empty() {
+                let unmapped = ReloadCount {
+                    unmapped: mappings.clone(),
+                    ..ReloadCount::default()
+                };
+                counted.push((key.clone(), unmapped));
+            }
             let owner = match &pod.owner {
                 PodOwner::Workload(kind, name) => {
                     let workload = self.workload_of(*kind, &key.namespace, name);
-                    groups.entry(workload).or_default().push((pod, found));
+                    groups
+                        .entry(workload)
+                        .or_default()
+                        .push((pod, found, mappings));
                     continue;
                 }
                 PodOwner::VirtualMachine => continue,
@@ -198,7 +212,7 @@ impl WorkloadRoller {
         );
         let pods: Vec<RollPod<'_>> = group
             .iter()
-            .map(|(pod, changes)| RollPod { pod, changes })
+            .map(|(pod, changes, _)| RollPod { pod, changes })
             .collect();
         let step = roll::step(status.as_ref(), &pods, &mut memory.roll, Timestamp::now());
         let left = roll::left(&pods, &memory.roll);
@@ -218,7 +232,7 @@ impl WorkloadRoller {
                 true
             }
             Step::Wait(Wait::UnmappedReplacement { pod }) => {
-                if let Some((p, changes)) = group.iter().find(|(p, _)| p.name == pod) {
+                if let Some((p, changes, _)) = group.iter().find(|(p, _, _)| p.name == pod) {
                     let key = NamespacedName::new(&workload.namespace, &p.name);
                     self.tell_pod(&key, p, &roll::not_mapped(changes), told)
                         .await;
@@ -276,8 +290,8 @@ impl WorkloadRoller {
                 if memory.roll.replaced == 1 {
                     let changes = group
                         .iter()
-                        .find(|(p, _)| p.uid == uid)
-                        .map(|(_, c)| c.as_slice())
+                        .find(|(p, _, _)| p.uid == uid)
+                        .map(|(_, c, _)| c.as_slice())
                         .unwrap_or_default();
                     let event = roll::started(left, changes);
                     self.tell(workload, status, memory, &event).await;
@@ -302,6 +316,38 @@ impl WorkloadRoller {
     }
 }
 
+/// Counts the pods of `workload` that wait for its roll, and the workload as rolling.
+fn count_waiting(
+    workload: &WorkloadKey,
+    group: &Group,
+    rolling: bool,
+    counted: &mut Vec<(NamespacedName, ReloadCount)>,
+) {
+    let name = workload.to_string();
+    for (pod, _, mappings) in group.iter().filter(|(_, _, m)| !m.is_empty()) {
+        let count = ReloadCount {
+            unmapped: BTreeSet::new(),
+            waiting: mappings.clone(),
+            rolling: rolling.then(|| (name.clone(), mappings.clone())),
+        };
+        counted.push((NamespacedName::new(&workload.namespace, &pod.name), count));
+    }
+}
+
+/// One count per pod: what each part said of it, together.
+fn merged(counted: Vec<(NamespacedName, ReloadCount)>) -> Vec<(NamespacedName, ReloadCount)> {
+    let mut by_pod: BTreeMap<NamespacedName, ReloadCount> = BTreeMap::new();
+    for (pod, count) in counted {
+        let into = by_pod.entry(pod).or_default();
+        into.unmapped.extend(count.unmapped);
+        into.waiting.extend(count.waiting);
+        if count.rolling.is_some() {
+            into.rolling = count.rolling;
+        }
+    }
+    by_pod.into_iter().collect()
+}
+
 /// Rolls workloads until the future is dropped.
 pub async fn run(roller: WorkloadRoller) {
     for listed in &roller.loaded {
@@ -313,19 +359,24 @@ pub async fn run(roller: WorkloadRoller) {
     let mut told: HashMap<String, (&'static str, String)> = HashMap::new();
     loop {
         let current = roller.rules.current();
-        let groups = roller.group(&current, &mut told).await;
+        let mut counted = Vec::new();
+        let groups = roller.group(&current, &mut told, &mut counted).await;
         // What is remembered of a workload goes with its last labelled pod.
         memory.retain(|key, _| groups.contains_key(key));
-        let mut waiting = false;
+        let (mut waiting, mut rolls) = (false, 0);
         for (workload, group) in &groups {
             let remembered = memory.entry(workload.clone()).or_default();
             waiting |= roller.roll(workload, group, remembered, &mut told).await;
+            // Rolling: pods left to roll (held or not), or an eviction under way.
+            let rolling = remembered.roll.evicted.is_some()
+                || group.iter().any(|(pod, changes, _)| {
+                    !changes.is_empty() && !remembered.roll.unmapped.contains(&pod.uid)
+                });
+            rolls += usize::from(rolling);
+            count_waiting(workload, group, rolling, &mut counted);
         }
-        let rolling = memory
-            .values()
-            .filter(|m| m.roll.replaced > 0 || m.roll.evicted.is_some())
-            .count();
-        roller.metrics.set_rolls(rolling);
+        roller.metrics.set_rolls(rolls);
+        roller.counts.reloads(merged(counted));
         let again = if waiting { WAITING } else { IDLE };
         tokio::select! {
             () = roller.state.changed.notified() => {}
