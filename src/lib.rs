@@ -18,6 +18,7 @@ pub mod mapping_status;
 pub mod namespaced_name;
 pub mod neonvm;
 pub mod operator;
+pub mod pod_template;
 pub mod preview;
 pub mod reference;
 pub mod registry;

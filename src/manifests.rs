@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::{ClusterImageMapping, GROUP, ImageMapping, VERSION, VirtualMachine};
 use crate::local_registry::{self, LocalRegistry};
+use crate::pod_template::{PodTemplate, TemplateKind};
 
 /// What was found in the manifests.
 #[derive(Debug, Default)]
@@ -16,6 +17,9 @@ pub struct Manifests {
     pub image_mappings: Vec<ImageMapping>,
     pub cluster_image_mappings: Vec<ClusterImageMapping>,
     pub virtual_machines: Vec<VirtualMachine>,
+    /// Pods, and the pod templates of workloads (Deployments, StatefulSets, DaemonSets,
+    /// ReplicaSets, Jobs, CronJobs).
+    pub pod_templates: Vec<PodTemplate>,
     /// Labels of the Namespace documents found, by name.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// The cluster's local registry, from the ConfigMap
@@ -269,6 +273,11 @@ impl Manifests {
                     self.add_object(item, default_namespace)?;
                 }
             }
+            return Ok(());
+        }
+        if let Some(template) = TemplateKind::of(&api_version, &kind) {
+            self.pod_templates
+                .push(PodTemplate::read(template, &value, default_namespace)?);
             return Ok(());
         }
         let ours = api_version == format!("{GROUP}/{VERSION}");

@@ -366,3 +366,77 @@ spec:
     assert_eq!(code, 2);
     assert!(err.contains("host[:port]"), "{err}");
 }
+
+#[test]
+fn pods_and_workloads_pod_templates_are_resolved_container_by_container() {
+    let dir = temp_dir("workloads");
+    std::fs::write(
+        dir.join("all.yaml"),
+        r#"
+apiVersion: imagemap.dev/v1alpha1
+kind: ImageMapping
+metadata: {name: mirror, namespace: dev}
+spec:
+  rules:
+  - match: {repository: nginx}
+    to: mirror.io/nginx
+  - match: {repository: busybox}
+    to: mirror.io/busybox
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: dev}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      initContainers: [{name: setup, image: busybox}]
+      containers: [{name: app, image: "nginx:1.27"}, {name: cache, image: memcached}]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, namespace: dev}
+spec:
+  schedule: "0 0 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec: {containers: [{name: job, image: busybox}], restartPolicy: Never}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: opted-out, namespace: dev, labels: {imagemap.dev/skip: "true"}}
+spec: {containers: [{name: app, image: nginx}]}
+"#,
+    )
+    .unwrap();
+    let path = dir.join("all.yaml");
+    let file = path.to_str().unwrap();
+    let (code, value, err) = json(&["resolve", "-f", file]);
+    assert_eq!(code, 0, "{value}\n{err}");
+    let workloads = value["workloads"].as_array().unwrap();
+    let find = |kind: &str, name: &str| {
+        workloads
+            .iter()
+            .find(|w| w["kind"] == kind && w["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} in {value}"))
+    };
+    let web = &find("Deployment", "web")["images"];
+    assert_eq!(web[0]["slot"], "init:setup");
+    assert_eq!(web[0]["resolved"], "mirror.io/busybox");
+    assert_eq!(web[1]["resolved"], "mirror.io/nginx:1.27");
+    assert_eq!(web[1]["source"]["name"], "mirror");
+    assert_eq!(web[2]["source"], Value::Null);
+    assert_eq!(
+        find("CronJob", "nightly")["images"][0]["resolved"],
+        "mirror.io/busybox"
+    );
+    // A pod that opts out of its namespace's rules keeps its image.
+    assert_eq!(find("Pod", "opted-out")["images"][0]["source"], Value::Null);
+    // The table names each workload by kind.
+    let (code, out, _) = imagemap(&["resolve", "-f", file]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Deployment dev/web"), "{out}");
+    assert!(out.contains("CONTAINER"), "{out}");
+}

@@ -140,6 +140,8 @@ pub async fn read(client: &Client, scope: &Scope) -> Result<(Manifests, Vec<Stri
             image_mappings,
             cluster_image_mappings,
             virtual_machines,
+            // Not read from the cluster yet: the preview covers VirtualMachines.
+            pod_templates: Vec::new(),
             namespaces,
             local_registry,
             skipped: Vec::new(),

@@ -124,6 +124,7 @@ impl Change {
             image_mappings: live.image_mappings.clone(),
             cluster_image_mappings: live.cluster_image_mappings.clone(),
             virtual_machines: live.virtual_machines.clone(),
+            pod_templates: live.pod_templates.clone(),
             namespaces: live.namespaces.clone(),
             local_registry: live.local_registry.clone(),
             skipped: Vec::new(),

@@ -10,11 +10,15 @@ use serde_json::{Value, json};
 use super::follow_tags::Digests;
 use super::resolve::ResolveArgs;
 use super::table;
+use crate::admission::records;
 use crate::manifests::Manifests;
 use crate::reference::Reference;
 use crate::registry::RegistryError;
 use crate::rules::{MappingKey, Mode, Requester, RuleProblem, RuleRef};
-use crate::vm_images::{self, SlotResolution, VmResolution};
+use crate::vm_images::{self, ImageSlot, SlotResolution, VmResolution};
+
+/// The kind of imagemap's VirtualMachines among the entries.
+const VM: &str = "VirtualMachine";
 
 pub(super) struct ImageEntry {
     input: String,
@@ -28,7 +32,10 @@ pub(super) struct ImageEntry {
     digest: Option<Result<String, RegistryError>>,
 }
 
+/// A VM, or a pod or workload's pod template, and what its slots resolve to.
 pub(super) struct VmEntry {
+    /// `VirtualMachine`, `Pod`, `Deployment`, …
+    kind: &'static str,
     namespace: String,
     name: String,
     resolution: VmResolution,
@@ -132,11 +139,33 @@ impl Report {
                     Mode::Live,
                 );
                 VmEntry {
+                    kind: VM,
                     namespace,
                     name: vm.name_any(),
                     resolution,
                 }
             })
+            .chain(manifests.pod_templates.iter().map(|t| {
+                let labels = ns_labels(&t.namespace);
+                let who = records::pod_requester(&t.namespace, &t.labels, &labels);
+                let slots = t
+                    .images
+                    .iter()
+                    .map(|(slot, image)| {
+                        let slot = ImageSlot {
+                            slot: slot.clone(),
+                            requested: image.clone(),
+                        };
+                        vm_images::resolve_slot(&set, slot, &who, Mode::Live)
+                    })
+                    .collect();
+                VmEntry {
+                    kind: t.kind.name(),
+                    namespace: t.namespace.clone(),
+                    name: t.name.clone(),
+                    resolution: VmResolution { slots },
+                }
+            }))
             .collect();
         Report {
             images,
@@ -201,7 +230,8 @@ impl Report {
                     .filter(|c| !known(slot.rule.as_ref(), c))
                 {
                     lines.push(format!(
-                        "VirtualMachine {}/{} slot {}: Conflict: {} also matches with a different result",
+                        "{} {}/{} slot {}: Conflict: {} also matches with a different result",
+                        v.kind,
                         v.namespace,
                         v.name,
                         slot.slot,
@@ -215,16 +245,23 @@ impl Report {
 
     pub(super) fn to_json(&self) -> Value {
         let images: Vec<Value> = self.images.iter().map(image_json).collect();
-        let vms: Vec<Value> = self
-            .vms
-            .iter()
-            .map(|v| {
-                let images: Vec<Value> = v.resolution.slots.iter().map(slot_json).collect();
-                json!({"namespace": v.namespace, "name": v.name, "images": images})
-            })
-            .collect();
+        let entries = |vm: bool| -> Vec<Value> {
+            self.vms
+                .iter()
+                .filter(|v| (v.kind == VM) == vm)
+                .map(|v| {
+                    let images: Vec<Value> = v.resolution.slots.iter().map(slot_json).collect();
+                    let mut entry =
+                        json!({"namespace": v.namespace, "name": v.name, "images": images});
+                    if !vm {
+                        entry["kind"] = json!(v.kind);
+                    }
+                    entry
+                })
+                .collect()
+        };
         let problems: Vec<Value> = self.problems.iter().map(problem_json).collect();
-        json!({"images": images, "virtualMachines": vms, "problems": problems})
+        json!({"images": images, "virtualMachines": entries(true), "workloads": entries(false), "problems": problems})
     }
 
     pub(super) fn to_table(&self) -> String {
@@ -249,25 +286,39 @@ impl Report {
             }
             out.push_str(&table::render(&rows));
         }
-        if !self.vms.is_empty() {
+        for vm in [true, false] {
+            let entries: Vec<&VmEntry> = self.vms.iter().filter(|v| (v.kind == VM) == vm).collect();
+            if entries.is_empty() {
+                continue;
+            }
             if !out.is_empty() {
                 out.push('\n');
             }
+            let (what, slot) = if vm {
+                ("VIRTUALMACHINE", "SLOT")
+            } else {
+                ("WORKLOAD", "CONTAINER")
+            };
             let mut rows = vec![[
-                "VIRTUALMACHINE".to_string(),
-                "SLOT".into(),
+                what.to_string(),
+                slot.into(),
                 "REQUESTED".into(),
                 "RESOLVED".into(),
                 "RULE".into(),
             ]];
-            for v in &self.vms {
+            for v in entries {
+                let named = if vm {
+                    format!("{}/{}", v.namespace, v.name)
+                } else {
+                    format!("{} {}/{}", v.kind, v.namespace, v.name)
+                };
                 for slot in &v.resolution.slots {
                     let resolved = match &slot.outcome {
                         Ok(r) => followed(r, slot.follow_tag, slot.digest.as_ref()),
                         Err(e) => format!("error: {e}"),
                     };
                     rows.push([
-                        format!("{}/{}", v.namespace, v.name),
+                        named.clone(),
                         slot.slot.clone(),
                         slot.requested.clone(),
                         resolved,
@@ -281,7 +332,7 @@ impl Report {
             out.push_str(&table::render(&rows));
         }
         if out.is_empty() {
-            out.push_str("nothing to resolve: pass --image REF or -f with VirtualMachines\n");
+            out.push_str("nothing to resolve: pass --image REF or -f with VirtualMachines, Pods or workloads\n");
         }
         out
     }

@@ -157,7 +157,8 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let _ = writeln!(
             err,
             "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, \
-             VirtualMachine, Namespace and the ConfigMap kube-public/local-registry-hosting"
+             VirtualMachine, Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, \
+             Namespace and the ConfigMap kube-public/local-registry-hosting"
         );
     }
     let mut report = Report::build(&manifests, args);
