@@ -28,4 +28,5 @@ pub mod runner_pod;
 pub mod vm_images;
 pub mod vm_plan;
 pub mod webhook_certificate;
+pub mod workload_preview;
 pub mod workload_reload;

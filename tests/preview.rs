@@ -539,3 +539,98 @@ async fn files_naming_two_namespaces_preview_both() {
     let (_, one, _) = preview(&kubeconfig, &["-f", &b]);
     assert_eq!(listed(&one), [recreated(&second)]);
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn workloads_and_pods_are_previewed_with_what_happens_to_their_pods() {
+    let e = env("preview-workloads").await;
+    let dir = scratch(&e.ns);
+    let kubeconfig = viewer_kubeconfig(&dir, &e.ns);
+    // Workloads are read with the built-in `view` role (`imagemap-view` reads none).
+    kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "viewer-view",
+        "--clusterrole=view",
+        &format!("--serviceaccount={0}:viewer-{0}", e.ns),
+        "-n",
+        &e.ns,
+    ]);
+    e.add_mapping(
+        "mirror",
+        serde_json::json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"}]),
+    )
+    .await;
+    let objects = dir.join("objects.yaml");
+    let template = |labels: &str, image: &str| {
+        format!(
+            "    metadata: {{labels: {{{labels}}}}}\n    spec: {{containers: [{{name: app, image: \"{image}\"}}], restartPolicy: Always}}\n"
+        )
+    };
+    std::fs::write(
+        &objects,
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n{}\
+             ---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: db}}\nspec:\n  serviceName: db\n  selector: {{matchLabels: {{app: db}}}}\n  template:\n{}\
+             ---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: other}}\nspec:\n  selector: {{matchLabels: {{app: other}}}}\n  template:\n{}\
+             ---\napiVersion: batch/v1\nkind: Job\nmetadata: {{name: once}}\nspec:\n  template:\n    metadata: {{labels: {{imagemap.dev/live-reload: \"true\"}}}}\n    spec: {{containers: [{{name: app, image: nginx}}], restartPolicy: Never}}\n\
+             ---\napiVersion: v1\nkind: Pod\nmetadata: {{name: bare}}\nspec: {{schedulerName: nobody, containers: [{{name: app, image: nginx}}]}}\n",
+            template("app: web, imagemap.dev/live-reload: \"true\"", "nginx:1.27"),
+            template("app: db", "nginx:1.27"),
+            template("app: other", "redis:7"),
+        ),
+    )
+    .unwrap();
+    kubectl_ok(&["apply", "-n", &e.ns, "-f", objects.to_str().unwrap()]);
+    let change = dir.join("change.yaml");
+    std::fs::write(
+        &change,
+        format!(
+            "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {{name: mirror, namespace: {}}}\n\
+             spec:\n  rules:\n  - match: {{repository: nginx}}\n    to: mirror2.io/nginx\n",
+            e.ns
+        ),
+    )
+    .unwrap();
+    let change = change.display().to_string();
+    let (code, shown, stderr) = preview(&kubeconfig, &["-f", &change, "--exit-code"]);
+    assert_eq!(code, 1, "the change alters workloads: {shown}\n{stderr}");
+    let mut fates: Vec<(String, String, String)> = shown["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["kind"].as_str().unwrap().to_string(),
+                w["name"].as_str().unwrap().to_string(),
+                w["pods"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    fates.sort();
+    let fate =
+        |kind: &str, name: &str, pods: &str| (kind.to_string(), name.to_string(), pods.to_string());
+    assert_eq!(
+        fates,
+        [
+            fate("Deployment", "web", "rolled"),
+            fate("Job", "once", "restartRequired"),
+            fate("Pod", "bare", "restartRequired"),
+            fate("StatefulSet", "db", "newPodsOnly"),
+        ],
+        "{shown}"
+    );
+    assert_eq!(shown["unchangedWorkloads"], 1, "{shown}");
+    let web = shown["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "web")
+        .unwrap();
+    assert_eq!(web["images"][0]["now"], "mirror.io/nginx:1.27");
+    assert_eq!(web["images"][0]["after"], "mirror2.io/nginx:1.27");
+    let (_, table, _) = preview_table(&kubeconfig, &["-f", &change]);
+    assert!(table.contains("Deployment"), "{table}");
+    assert!(table.contains("rolled (live reload)"), "{table}");
+    println!("{table}");
+}

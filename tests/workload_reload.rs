@@ -250,10 +250,10 @@ async fn a_deployment_under_a_budget_rolls_on_a_mapping_change_and_its_spec_stay
     let still = e.pods.get("owned").await.unwrap();
     assert_eq!(still.metadata.uid, controlled[0].metadata.uid);
     assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 3.0);
-    // Counted: the 3 rolled pods and the lonely one, mapped at admission and decided by the
-    // rule now.
+    // Counted: the 3 rolled pods, the lonely and the owned one, mapped at admission and
+    // decided by the rule now.
     wait_status(&e, |s| {
-        s.affected_pods == Some(4) && s.rules[0].affected_pods == 4
+        s.affected_pods == Some(5) && s.rules[0].affected_pods == 5
     })
     .await;
 }

@@ -1,6 +1,7 @@
 //! The `imagemap` command line.
 
 pub mod cluster;
+pub mod cluster_workloads;
 pub mod crds;
 pub mod follow_tags;
 pub mod preview;

@@ -6,13 +6,21 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+use std::collections::BTreeMap;
+
 use super::cluster::{self, Target};
+use super::cluster_workloads;
 use super::preview_scope::{self, NamespaceMismatch, Scope, ScopeRequest};
 use super::report::{problem_json, problem_line, source_json};
 use super::resolve::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
 use super::table;
 use crate::manifests::{Manifests, ObjectKey, ObjectKind};
-use crate::preview::{PodAction, Preview, SlotChange, VmPreview, preview};
+use crate::preview::{PodAction, Preview, SlotChange, VmPreview, compile, preview};
+use crate::vm_images;
+use crate::workload_preview::{WorkloadPreview, preview_workloads};
+
+/// The workloads a change alters, and how many it leaves as they are.
+type Workloads = (Vec<WorkloadPreview>, usize);
 
 /// Runs the preview; returns the exit status: 2 when the cluster or a file cannot be read,
 /// 1 when the change brings new problems (or, with `--exit-code`, changes anything), else 0.
@@ -30,7 +38,10 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let namespace = args.namespace.clone().unwrap_or(context_namespace);
         let change = Change::load(args, &namespace)?;
         let scope = change.scope(args, &namespace).map_err(|e| e.to_string())?;
-        let (live, notes) = cluster::read(&client, &scope).await?;
+        let (mut live, mut notes) = cluster::read(&client, &scope).await?;
+        let (templates, more) = cluster_workloads::read(&client, &scope).await;
+        live.pod_templates = templates;
+        notes.extend(more);
         Ok::<_, String>((live, notes, change, scope))
     });
     let (live, notes, change, scope) = match read {
@@ -57,20 +68,31 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         &args.compile_options(),
         &args.default_runner_image,
     );
+    let workloads = {
+        let options = args.compile_options();
+        let (now, later) = (compile(&live, &options), compile(&after, &options));
+        let labels = |ns: &str| {
+            vm_images::namespace_labels(ns, after.namespaces.get(ns).unwrap_or(&BTreeMap::new()))
+        };
+        preview_workloads(&now, &later, &live.pod_templates, &labels)
+    };
     for line in problem_lines(&result) {
         let _ = writeln!(err, "problem: {line}");
     }
     let written = match args.output {
-        Output::Json => serde_json::to_writer_pretty(&mut *out, &to_json(&result, &scope))
-            .map_err(std::io::Error::other)
-            .and_then(|()| writeln!(out)),
-        Output::Table => out.write_all(to_table(&result, &scope).as_bytes()),
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut *out, &to_json(&result, &workloads, &scope))
+                .map_err(std::io::Error::other)
+                .and_then(|()| writeln!(out))
+        }
+        Output::Table => out.write_all(to_table(&result, &workloads, &scope).as_bytes()),
     };
     if let Err(e) = written {
         let _ = writeln!(err, "error: writing output: {e}");
         return EXIT_USAGE;
     }
-    if result.has_new_problems() || (args.cluster.exit_code && result.changes_anything()) {
+    let changes_anything = result.changes_anything() || !workloads.0.is_empty();
+    if result.has_new_problems() || (args.cluster.exit_code && changes_anything) {
         EXIT_PROBLEMS
     } else {
         EXIT_OK
@@ -210,7 +232,51 @@ fn image_cell(image: Option<&String>, follow_tag: bool) -> String {
     }
 }
 
-fn to_table(p: &Preview, scope: &Scope) -> String {
+/// The workloads' table: each changed container, now and after, and what happens to the
+/// pods.
+fn workloads_table(workloads: &Workloads) -> String {
+    let mut rows = vec![[
+        "WORKLOAD".to_string(),
+        "PODS".into(),
+        "CONTAINER".into(),
+        "NOW".into(),
+        "AFTER".into(),
+    ]];
+    for w in &workloads.0 {
+        let named = format!("{} {}/{}", w.kind.name(), w.namespace, w.name);
+        for (i, s) in w.slots.iter().filter(|s| s.changes()).enumerate() {
+            let (named, fate) = if i == 0 {
+                (named.clone(), w.fate.describe().to_string())
+            } else {
+                (String::new(), String::new())
+            };
+            let after = match &s.after {
+                Ok(image) => image_cell(Some(image), s.follow_tag),
+                Err(e) => format!("error: {e}"),
+            };
+            rows.push([
+                named,
+                fate,
+                s.slot.clone(),
+                image_cell(s.now.as_ref(), false),
+                after,
+            ]);
+        }
+    }
+    let mut out = if rows.len() > 1 {
+        table::render(&rows)
+    } else {
+        "no workload changes\n".to_string()
+    };
+    let unchanged = match workloads.1 {
+        1 => "1 workload or pod unchanged\n".to_string(),
+        n => format!("{n} workloads and pods unchanged\n"),
+    };
+    out.push_str(&unchanged);
+    out
+}
+
+fn to_table(p: &Preview, workloads: &Workloads, scope: &Scope) -> String {
     let mut rows = vec![[
         "VIRTUALMACHINE".to_string(),
         "POD".into(),
@@ -260,31 +326,32 @@ fn to_table(p: &Preview, scope: &Scope) -> String {
         n => format!("{n} VirtualMachines unchanged\n"),
     };
     out.push_str(&unchanged);
+    out.push_str(&workloads_table(workloads));
     out.push_str(&scope.to_string());
     out.push('\n');
     out
 }
 
-fn to_json(p: &Preview, scope: &Scope) -> Value {
+fn to_json(p: &Preview, workloads: &Workloads, scope: &Scope) -> Value {
+    let changed: Vec<Value> = workloads
+        .0
+        .iter()
+        .map(|w| {
+            let images: Vec<Value> = w.slots.iter().map(slot_json).collect();
+            json!({
+                "kind": w.kind.name(),
+                "namespace": w.namespace,
+                "name": w.name,
+                "pods": w.fate.as_str(),
+                "images": images,
+            })
+        })
+        .collect();
     let vms: Vec<Value> = p
         .vms
         .iter()
         .map(|v| {
-            let images: Vec<Value> = v
-                .slots
-                .iter()
-                .map(|s| {
-                    json!({
-                        "slot": s.slot,
-                        "now": s.now,
-                        "after": s.after.as_ref().ok(),
-                        "error": s.after.as_ref().err(),
-                        "changes": s.changes(),
-                        "followTag": s.follow_tag,
-                        "source": s.rule.as_ref().map(source_json),
-                    })
-                })
-                .collect();
+            let images: Vec<Value> = v.slots.iter().map(slot_json).collect();
             json!({
                 "namespace": v.namespace,
                 "name": v.name,
@@ -298,10 +365,24 @@ fn to_json(p: &Preview, scope: &Scope) -> Value {
     let problems: Vec<Value> = p.new_problems.iter().map(problem_json).collect();
     json!({
         "virtualMachines": vms,
+        "workloads": changed,
+        "unchangedWorkloads": workloads.1,
         "unchanged": p.unchanged,
         "problems": problems,
         "namespaces": scope.namespaces(),
         "allNamespaces": scope == &Scope::All,
+    })
+}
+
+fn slot_json(s: &SlotChange) -> Value {
+    json!({
+        "slot": s.slot,
+        "now": s.now,
+        "after": s.after.as_ref().ok(),
+        "error": s.after.as_ref().err(),
+        "changes": s.changes(),
+        "followTag": s.follow_tag,
+        "source": s.rule.as_ref().map(source_json),
     })
 }
 
@@ -347,16 +428,18 @@ mod tests {
     fn the_output_names_the_namespaces_looked_at() {
         let scope = Scope::Namespaces(["e2e-preview".into(), "default".into()].into());
         let nothing = Preview::default();
+        let none = (Vec::new(), 0);
         assert_eq!(
-            to_table(&nothing, &scope),
+            to_table(&nothing, &none, &scope),
             "no VirtualMachine changes\n0 VirtualMachines unchanged\n\
+             no workload changes\n0 workloads and pods unchanged\n\
              namespaces: default, e2e-preview\n"
         );
-        let json = to_json(&nothing, &scope);
+        let json = to_json(&nothing, &none, &scope);
         assert_eq!(json["namespaces"], json!(["default", "e2e-preview"]));
         assert_eq!(json["allNamespaces"], false);
-        assert!(to_table(&nothing, &Scope::All).ends_with("\nall namespaces\n"));
-        let json = to_json(&nothing, &Scope::All);
+        assert!(to_table(&nothing, &none, &Scope::All).ends_with("\nall namespaces\n"));
+        let json = to_json(&nothing, &none, &Scope::All);
         assert_eq!(json["namespaces"], Value::Null);
         assert_eq!(json["allNamespaces"], true);
     }
