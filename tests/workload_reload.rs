@@ -125,6 +125,21 @@ async fn told(events: &Api<Event>, name: &str, reason: &str) -> String {
     }
 }
 
+/// Creates the Deployment `web` of `replicas` live-reload pods running `image`; its API.
+async fn deploy(e: &support::vms::Env, replicas: u32, image: &str) -> Api<Deployment> {
+    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
+    create(
+        &deployments,
+        json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                     "template": template("web", image)},
+        }),
+    )
+    .await;
+    deployments
+}
+
 async fn create<K>(api: &Api<K>, object: Value)
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -147,16 +162,7 @@ async fn a_deployment_under_a_budget_rolls_on_a_mapping_change_and_its_spec_stay
     )
     .await;
     let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
-    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
-    create(
-        &deployments,
-        json!({
-            "metadata": {"name": "web"},
-            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-                     "template": template("web", "nginx:1.27")},
-        }),
-    )
-    .await;
+    let deployments = deploy(&e, 3, "nginx:1.27").await;
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(e.client.clone(), &e.ns);
     create(
         &budgets,
@@ -340,16 +346,7 @@ async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
     )
     .await;
     let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
-    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
-    create(
-        &deployments,
-        json!({
-            "metadata": {"name": "web"},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-                     "template": template("web", "nginx:1.27")},
-        }),
-    )
-    .await;
+    deploy(&e, 2, "nginx:1.27").await;
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(e.client.clone(), &e.ns);
     create(
         &budgets,
@@ -556,5 +553,74 @@ async fn a_roll_cut_by_a_restart_finishes_and_a_second_restart_evicts_nothing() 
     assert_eq!(seen.lock().unwrap().len(), 8);
     println!(
         "a roll cut after its first eviction finished under a new operator; 8 pod UIDs in all; a second restart evicted nothing"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_followed_tag_pushed_rolls_the_deployment_that_follows_it() {
+    let registry = support::registry::TestRegistry::start("reload-push").await;
+    let host = registry.host();
+    let first = registry.push("app", "dev", "build 1");
+    let tag = format!("{host}/app:dev");
+    let e = env("reload-push").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "example.test/app"}, "to": tag, "followTag": true}]),
+    )
+    .await;
+    let op = WebhookOperator::start(
+        &e.ns,
+        "example.test/app:dev",
+        &[
+            "--allowed-registries",
+            &host,
+            "--insecure-registries",
+            &host,
+            "--tag-poll-interval",
+            "500ms",
+        ],
+    )
+    .await;
+    // A first pod asks for the tag's check by existing (admitted unpinned); once the leader
+    // verified the tag, admission pins it: a dry-run pod shows it.
+    create(
+        &e.pods,
+        json!({"metadata": {"name": "seed"},
+               "spec": {"schedulerName": "nobody", "containers": [{"name": "app", "image": "example.test/app:dev"}]}}),
+    )
+    .await;
+    let pinned = format!("{tag}@{first}");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    loop {
+        let probe: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "probe"},
+            "spec": {"containers": [{"name": "app", "image": "example.test/app:dev"}]},
+        }))
+        .unwrap();
+        if image(&e.pods.create(&dry_run, &probe).await.unwrap()) == pinned {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tag was never pinned"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    deploy(&e, 2, "example.test/app:dev").await;
+    pods_run(&e.pods, "web", 2, &pinned).await;
+    let pushed = std::time::Instant::now();
+    let second = registry.push("app", "dev", "build 2");
+    pods_run(&e.pods, "web", 2, &format!("{tag}@{second}")).await;
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    told(&events, "web", "LiveReloadFinished").await;
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 2.0);
+    println!(
+        "a followed tag pushed: both pods of the Deployment run the new digest {:.2} s later",
+        pushed.elapsed().as_secs_f64()
     );
 }
