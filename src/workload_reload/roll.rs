@@ -2,9 +2,9 @@
 //! pods and what changed for each — and what live reload remembers of it while it leads;
 //! and the Events that tell the roll on the workload and its pods.
 //!
-//! One pod at a time: the next is evicted only once the evicted one is gone, a replacement
-//! exists, every pod is Available (`minReadySeconds` included) and the workload's status
-//! says so. Nothing is evicted while the workload's own rollout is under way, while it is
+//! One pod at a time: the next is evicted only once the evicted one is going, a replacement
+//! exists, every pod not going is Available (`minReadySeconds` included) and the workload's
+//! status says so. Nothing is evicted while the workload's own rollout is under way, while it is
 //! short of Available pods, or once a replacement came back unmapped (admission did not
 //! answer: evicting more would only bring more unmapped pods).
 
@@ -95,26 +95,32 @@ impl RollMemory {
     }
 }
 
-/// Whether the eviction under way is over: the pod gone, a replacement there, every pod
-/// Available and the workload settled.
+/// Whether the eviction under way is over: the pod going or gone, a replacement there,
+/// every pod not going Available, and the workload settled. (As the Deployment controller
+/// does, the next step does not wait for a going pod's grace period to end: it no longer
+/// counts as available.)
 fn eviction_over(
     evicted: &Evicted,
     status: Option<&WorkloadStatus>,
     pods: &[RollPod<'_>],
     now: Timestamp,
 ) -> bool {
-    let gone = pods.iter().all(|p| p.pod.uid != evicted.uid);
+    let going = pods
+        .iter()
+        .all(|p| p.pod.uid != evicted.uid || p.pod.deleting);
     let replaced = pods
         .iter()
         .any(|p| !evicted.known.contains(&p.pod.uid) && !p.pod.deleting);
-    gone && replaced && status.is_some_and(|s| settled(s, pods, now))
+    going && replaced && status.is_some_and(|s| settled(s, pods, now))
 }
 
+/// The workload settled, and every pod of it not going Available.
 fn settled(status: &WorkloadStatus, pods: &[RollPod<'_>], now: Timestamp) -> bool {
     status.progress == Progress::Settled
         && pods
             .iter()
-            .all(|p| !p.pod.deleting && p.pod.available(status.min_ready_seconds, now))
+            .filter(|p| !p.pod.deleting)
+            .all(|p| p.pod.available(status.min_ready_seconds, now))
 }
 
 /// The next step for a workload with `status` (`None`: not known yet) and `pods`, given
@@ -151,8 +157,10 @@ pub fn step(
             pod: unmapped.pod.name.clone(),
         });
     }
-    let mut stale = pods.iter().filter(|p| !p.changes.is_empty());
-    let Some(first) = stale.clone().min_by_key(|p| p.pod.name.as_str()) else {
+    let stale = pods
+        .iter()
+        .filter(|p| !p.changes.is_empty() && !p.pod.deleting);
+    let Some(first) = stale.min_by_key(|p| p.pod.name.as_str()) else {
         return Step::Current;
     };
     let Some(status) = status else {
@@ -161,7 +169,7 @@ pub fn step(
     if status.progress == Progress::OwnRollout {
         return Step::Wait(Wait::OwnRollout);
     }
-    if !settled(status, pods, now) || stale.any(|p| p.pod.deleting) {
+    if !settled(status, pods, now) {
         return Step::Wait(Wait::Unavailable);
     }
     Step::Evict {

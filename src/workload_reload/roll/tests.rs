@@ -1,4 +1,5 @@
 #![allow(clippy::unwrap_used)]
+#![allow(clippy::too_many_lines)] // a roll read top to bottom, step by step
 
 use std::collections::BTreeMap;
 
@@ -97,6 +98,41 @@ fn pods_roll_one_at_a_time_each_after_the_last_replacement_is_available() {
         step(Some(&settled), &pods, &mut memory, now()),
         Step::Wait(Wait::Replacement { .. })
     ));
+    // Still going, and its replacement Available, the workload settled: the next goes
+    // without waiting for the grace period.
+    let ready = pod("a2", "4", true);
+    let none: Vec<Change> = Vec::new();
+    let while_going = [
+        RollPod {
+            pod: &going,
+            changes: &stale,
+        },
+        RollPod {
+            pod: &ready,
+            changes: &none,
+        },
+        RollPod {
+            pod: &b,
+            changes: &stale,
+        },
+        RollPod {
+            pod: &c,
+            changes: &stale,
+        },
+    ];
+    let mut early = memory.clone();
+    assert_eq!(
+        step(
+            Some(&settled),
+            &while_going,
+            &mut early,
+            now() + Duration::from_secs(10)
+        ),
+        Step::Evict {
+            name: "b".into(),
+            uid: "2".into()
+        }
+    );
     // Gone, and its replacement (current) Ready but not for minReadySeconds yet: wait.
     let fresh = LivePod {
         ready_since: Some(now()),
