@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::vm_tally::add_to;
 use crate::namespaced_name::NamespacedName;
 use crate::rules::{MappingKey, RuleRef};
 
@@ -34,16 +35,6 @@ pub struct PodTally {
     waiting: BTreeMap<MappingKey, usize>,
     /// Per mapping: the workloads rolling, with how many of their pods count.
     rolling: BTreeMap<MappingKey, BTreeMap<String, usize>>,
-}
-
-/// Adds `by` to the entry `key` of `map`, removing it when it reaches zero.
-fn add_to<K: Ord + Clone>(map: &mut BTreeMap<K, usize>, key: &K, by: isize) {
-    let n = map.get(key).copied().unwrap_or(0).saturating_add_signed(by);
-    if n == 0 {
-        map.remove(key);
-    } else {
-        map.insert(key.clone(), n);
-    }
 }
 
 impl PodTally {

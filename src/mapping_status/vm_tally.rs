@@ -89,7 +89,7 @@ pub struct VmTally {
 }
 
 /// Adds `by` to the entry `key` of `map`, removing it when it reaches zero.
-fn add_to<K: Ord + Clone>(map: &mut BTreeMap<K, usize>, key: &K, by: isize) {
+pub(super) fn add_to<K: Ord + Clone>(map: &mut BTreeMap<K, usize>, key: &K, by: isize) {
     let n = map.get(key).copied().unwrap_or(0).saturating_add_signed(by);
     if n == 0 {
         map.remove(key);
