@@ -232,6 +232,32 @@ fn image_cell(image: Option<&String>, follow_tag: bool) -> String {
     }
 }
 
+/// One row per changed slot: `named` and `action` on the first only.
+fn slot_rows(named: &str, action: &str, shown: &[&SlotChange]) -> Vec<[String; 5]> {
+    shown
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let (named, action) = if i == 0 {
+                (named.to_string(), action.to_string())
+            } else {
+                (String::new(), String::new())
+            };
+            let after = match &s.after {
+                Ok(image) => image_cell(Some(image), s.follow_tag),
+                Err(e) => format!("error: {e}"),
+            };
+            [
+                named,
+                action,
+                s.slot.clone(),
+                image_cell(s.now.as_ref(), false),
+                after,
+            ]
+        })
+        .collect()
+}
+
 /// The workloads' table: each changed container, now and after, and what happens to the
 /// pods.
 fn workloads_table(workloads: &Workloads) -> String {
@@ -244,24 +270,8 @@ fn workloads_table(workloads: &Workloads) -> String {
     ]];
     for w in &workloads.0 {
         let named = format!("{} {}/{}", w.kind.name(), w.namespace, w.name);
-        for (i, s) in w.slots.iter().filter(|s| s.changes()).enumerate() {
-            let (named, fate) = if i == 0 {
-                (named.clone(), w.fate.describe().to_string())
-            } else {
-                (String::new(), String::new())
-            };
-            let after = match &s.after {
-                Ok(image) => image_cell(Some(image), s.follow_tag),
-                Err(e) => format!("error: {e}"),
-            };
-            rows.push([
-                named,
-                fate,
-                s.slot.clone(),
-                image_cell(s.now.as_ref(), false),
-                after,
-            ]);
-        }
+        let shown: Vec<&SlotChange> = w.slots.iter().filter(|s| s.changes()).collect();
+        rows.extend(slot_rows(&named, w.fate.describe(), &shown));
     }
     let mut out = if rows.len() > 1 {
         table::render(&rows)
@@ -297,24 +307,7 @@ fn to_table(p: &Preview, workloads: &Workloads, scope: &Scope) -> String {
             ]);
             continue;
         }
-        for (i, s) in shown.into_iter().enumerate() {
-            let (vm, pod) = if i == 0 {
-                (vm.clone(), pod_cell(v).to_string())
-            } else {
-                (String::new(), String::new())
-            };
-            let after = match &s.after {
-                Ok(image) => image_cell(Some(image), s.follow_tag),
-                Err(e) => format!("error: {e}"),
-            };
-            rows.push([
-                vm,
-                pod,
-                s.slot.clone(),
-                image_cell(s.now.as_ref(), false),
-                after,
-            ]);
-        }
+        rows.extend(slot_rows(&vm, pod_cell(v), &shown));
     }
     let mut out = if rows.len() > 1 {
         table::render(&rows)
