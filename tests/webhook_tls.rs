@@ -197,21 +197,48 @@ impl Bed {
         true
     }
 
+    fn configurations(&self) -> Api<MutatingWebhookConfiguration> {
+        Api::all(self.admin.clone())
+    }
+
     /// The configuration's `caBundle` (every webhook's alike).
     async fn published(&self) -> String {
-        let configuration = Api::<MutatingWebhookConfiguration>::all(self.admin.clone())
+        let configuration = self
+            .configurations()
             .get(&self.configuration)
             .await
             .unwrap();
-        let bundles: BTreeSet<Vec<u8>> = configuration
-            .webhooks
-            .unwrap()
-            .into_iter()
-            .map(|w| w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default())
-            .collect();
-        assert_eq!(bundles.len(), 1);
-        String::from_utf8(bundles.into_iter().next().unwrap()).unwrap()
+        bundle(&configuration)
     }
+
+    /// Waits until the configuration's `caBundle` holds exactly `cas`: the keeper writes
+    /// the Secret first and publishes what it holds next, so the configuration may lag.
+    async fn wait_published(&self, cas: &[Vec<u8>]) {
+        wait_for(
+            self.configurations(),
+            &self.configuration,
+            |c: Option<&MutatingWebhookConfiguration>| c.is_some_and(|c| ders(&bundle(c)) == cas),
+        )
+        .await;
+    }
+}
+
+/// The `caBundle` every webhook of `configuration` has alike.
+fn bundle(configuration: &MutatingWebhookConfiguration) -> String {
+    let bundles: BTreeSet<Vec<u8>> = configuration
+        .webhooks
+        .iter()
+        .flatten()
+        .map(|w| {
+            w.client_config
+                .ca_bundle
+                .clone()
+                .map(|b| b.0)
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(bundles.len(), 1);
+    String::from_utf8(bundles.into_iter().next().unwrap()).unwrap()
 }
 
 impl Drop for Bed {
@@ -318,7 +345,7 @@ async fn the_ca_is_rotated_with_both_trusted_and_no_failed_admission() {
     }
     let new = new.unwrap();
     assert_ne!(new, old);
-    assert_eq!(ders(&bed.published().await), std::slice::from_ref(&new));
+    bed.wait_published(std::slice::from_ref(&new)).await;
     println!(
         "CA rotated: both trusted at {:.1} s, the new one served by both replicas at {:.1} s, the old one dropped at {:.1} s; {} pods admitted through a configuration failing closed, none failed",
         both_trusted_at.unwrap(),
