@@ -624,3 +624,108 @@ async fn a_followed_tag_pushed_rolls_the_deployment_that_follows_it() {
         pushed.elapsed().as_secs_f64()
     );
 }
+
+/// `imagemap run` registering its webhook for `namespace` at a port nothing listens on: the
+/// API server cannot reach it, and (failing open) admits every pod unmapped.
+async fn unreachable_webhook(namespace: &str) -> WebhookOperator {
+    let configuration = format!("imagemap-{namespace}");
+    let (port, nobody) = (free_port(), free_port());
+    let (addr, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{nobody}"),
+    );
+    let args = [
+        "--namespace",
+        namespace,
+        "--webhook-addr",
+        &addr,
+        "--webhook-url",
+        &url,
+        "--webhook-configuration",
+        &configuration,
+    ];
+    WebhookOperator {
+        process: OperatorProcess::start(&args).await,
+        port,
+        configuration,
+    }
+}
+
+/// Waits until a pod of `app`, not going, carries the unmapped replacement's annotation.
+async fn marked_unmapped(pods: &Api<Pod>, app: &str) -> Pod {
+    let deadline = std::time::Instant::now() + Duration::from_mins(2);
+    let selector = ListParams::default().labels(&format!("app={app}"));
+    loop {
+        let listed = pods.list(&selector).await.unwrap().items;
+        if let Some(pod) = listed.iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.metadata.annotations.as_ref().is_some_and(|a| {
+                    a.get("imagemap.dev/not-mapped-at-admission")
+                        .map(String::as_str)
+                        == Some("true")
+                })
+        }) {
+            return pod.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pod of {app} marked as an unmapped replacement: {:?}",
+            listed.iter().map(|p| &p.metadata).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn an_unmapped_replacement_is_evicted_by_neither_its_leader_nor_the_next() {
+    let e = env("reload-unmapped").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"},
+               {"match": {"repository": "busybox"}, "to": "mirror.io/busybox"}]),
+    )
+    .await;
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let seen = uids_seen(&e.pods, "web");
+    let op = unreachable_webhook(&e.ns).await;
+    // Admitted unmapped (missed): evicted; its replacement, unmapped too, is told and marked.
+    let deployments = deploy(&e, 1, "nginx:1.27").await;
+    let marked = marked_unmapped(&e.pods, "web").await;
+    let name = marked.metadata.name.clone().unwrap();
+    let message = told(&events, &name, "NotMappedAtAdmission").await;
+    println!("{name}: NotMappedAtAdmission: {message}");
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 1.0);
+    drop(op);
+
+    // The next leader, which remembers nothing: a canary created now is evicted and its
+    // replacement marked (so it has judged the labelled pods), and the marked pod stays.
+    let op = unreachable_webhook(&e.ns).await;
+    create(
+        &deployments,
+        json!({
+            "metadata": {"name": "canary"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "canary"}},
+                     "template": template("canary", "busybox:1.36")},
+        }),
+    )
+    .await;
+    marked_unmapped(&e.pods, "canary").await;
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 1.0);
+    let web = e
+        .pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    let uids: Vec<_> = web
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.metadata.uid.clone())
+        .collect();
+    assert_eq!(uids, vec![marked.metadata.uid.clone()]);
+    assert_eq!(seen.lock().unwrap().len(), 2, "{:?}", seen.lock().unwrap());
+    println!(
+        "an unmapped replacement marked by one leader was not evicted by the next (1 eviction each, for the missed pods)"
+    );
+}

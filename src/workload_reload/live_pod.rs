@@ -13,6 +13,11 @@ use crate::admission::records::{self, LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
 use crate::rules::{MappingKey, RuleRef, RuleSet};
 use crate::workload_reload::{Change, PodOwner, changes, image_id_digest, pod_owner};
 
+/// On a replacement that came back unmapped after its predecessor was evicted, set by the
+/// leader when it finds it: such a pod is never evicted, also by a later leader that does
+/// not remember the roll.
+pub const UNMAPPED_REPLACEMENT_ANNOTATION: &str = "imagemap.dev/not-mapped-at-admission";
+
 /// What the rules make of a pod's containers now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resolved {
@@ -32,6 +37,9 @@ pub struct LivePod {
     pub originals: BTreeMap<String, String>,
     /// Labelled `imagemap.dev/mapped: "true"`: admission rewrote it.
     pub mapped: bool,
+    /// Annotated as a replacement that came back unmapped
+    /// ([`UNMAPPED_REPLACEMENT_ANNOTATION`]).
+    pub unmapped_replacement: bool,
     pub owner: PodOwner,
     /// Slot key → image, for init containers and containers.
     pub images: BTreeMap<String, String>,
@@ -90,6 +98,7 @@ impl LivePod {
             name: metadata.name.clone()?,
             uid: metadata.uid.clone()?,
             mapped: labels.get(MAPPED_LABEL).map(String::as_str) == Some(MAPPED),
+            unmapped_replacement: annotations.contains_key(UNMAPPED_REPLACEMENT_ANNOTATION),
             originals: records::originals(&annotations),
             owner: pod_owner(metadata.owner_references.as_deref().unwrap_or_default()),
             labels,

@@ -17,7 +17,7 @@ use crate::excerpt::excerpt_to;
 use crate::neonvm::reload::listed;
 use crate::vm_plan::VmEvent;
 use crate::workload_reload::Change;
-use crate::workload_reload::live_pod::LivePod;
+use crate::workload_reload::live_pod::{LivePod, UNMAPPED_REPLACEMENT_ANNOTATION};
 use crate::workload_reload::workload_status::{Progress, WorkloadStatus};
 
 /// How long an evicted pod's replacement may take to be Available before the roll is
@@ -135,6 +135,12 @@ pub fn step(
 ) -> Step {
     let present: BTreeSet<&str> = pods.iter().map(|p| p.pod.uid.as_str()).collect();
     memory.unmapped.retain(|uid| present.contains(uid.as_str()));
+    // Marked by a leader before: remembered across restarts.
+    memory.unmapped.extend(
+        pods.iter()
+            .filter(|p| p.pod.unmapped_replacement)
+            .map(|p| p.pod.uid.clone()),
+    );
     if let Some(evicted) = &memory.evicted {
         for p in pods {
             if !evicted.known.contains(&p.pod.uid) && !p.pod.mapped && !p.changes.is_empty() {
@@ -269,7 +275,7 @@ pub fn not_mapped(changes: &[Change]) -> VmEvent {
     warning(
         "NotMappedAtAdmission",
         format!(
-            "this replacement came back unmapped ({}): admission did not answer for it; it is not evicted again, and the roll waits",
+            "this replacement came back unmapped ({}): admission did not answer for it; it is not evicted again (annotated {UNMAPPED_REPLACEMENT_ANNOTATION}; delete it once admission answers) and the roll waits while it exists",
             listed(changes)
         ),
     )

@@ -13,6 +13,7 @@ fn pod(name: &str, uid: &str, mapped: bool) -> LivePod {
         labels: BTreeMap::new(),
         originals: BTreeMap::new(),
         mapped,
+        unmapped_replacement: false,
         owner: PodOwner::Workload(WorkloadKind::ReplicaSet, "rs".into()),
         images: BTreeMap::new(),
         image_ids: BTreeMap::new(),
@@ -340,4 +341,31 @@ fn events_are_bounded_and_say_what_happens() {
             .contains("budget web")
     );
     assert!(!finished(3).warning && stalled("a", 1).warning);
+}
+
+#[test]
+fn a_replacement_marked_unmapped_by_an_earlier_leader_is_never_evicted() {
+    let stale = change();
+    let marked = LivePod {
+        unmapped_replacement: true,
+        ..pod("a2", "3", false)
+    };
+    let b = pod("b", "2", true);
+    let pods = [
+        RollPod {
+            pod: &marked,
+            changes: &stale,
+        },
+        RollPod {
+            pod: &b,
+            changes: &stale,
+        },
+    ];
+    // A new leader: nothing remembered.
+    let mut memory = RollMemory::default();
+    assert_eq!(
+        step(Some(&status(Progress::Settled)), &pods, &mut memory, now()),
+        Step::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
+    );
+    assert_eq!(left(&pods, &memory), 1);
 }

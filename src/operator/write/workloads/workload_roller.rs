@@ -15,10 +15,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
+use kube::{Api, Client};
+use serde_json::json;
 
+use crate::excerpt::excerpt;
 use crate::mapping_status::ReloadCount;
 use crate::namespaced_name::NamespacedName;
 use crate::operator::observe::metrics::Metrics;
@@ -32,9 +34,10 @@ use crate::operator::write::vms::recreation_budget::RecreationBudget;
 use crate::operator::write::workloads::eviction::{Eviction, evict};
 use crate::operator::write::workloads::workload_state::WorkloadState;
 use crate::operator::write::writes::events::EventRecorder;
+use crate::operator::write::writes::requests::patch_pod_metadata;
 use crate::rules::{MappingKey, RuleSet};
 use crate::vm_plan::VmEvent;
-use crate::workload_reload::live_pod::LivePod;
+use crate::workload_reload::live_pod::{LivePod, UNMAPPED_REPLACEMENT_ANNOTATION};
 use crate::workload_reload::roll::{self, RollMemory, RollPod, Step, Wait};
 use crate::workload_reload::workload_status::WorkloadStatus;
 use crate::workload_reload::{Change, PodOwner, WorkloadKey, WorkloadKind};
@@ -173,6 +176,16 @@ impl WorkloadRoller {
         self.recorder.note(regarding, event).await;
     }
 
+    /// Marks a replacement that came back unmapped on the pod itself, so that no later
+    /// leader evicts it either (what this one remembers goes with it).
+    async fn mark_unmapped(&self, key: &NamespacedName, pod: &LivePod) {
+        let api: Api<Pod> = Api::namespaced(self.evictions.clone(), &key.namespace);
+        let marker = json!({"annotations": {UNMAPPED_REPLACEMENT_ANNOTATION: "true"}});
+        if let Err(e) = patch_pod_metadata(&api, &pod.name, &pod.uid, &marker).await {
+            tracing::warn!(pod = %key, error = %excerpt(&e.to_string()), "could not mark a replacement that came back unmapped: a new leader would evict it once more");
+        }
+    }
+
     /// Tells `event` on the workload, once.
     async fn tell(
         &self,
@@ -234,6 +247,9 @@ impl WorkloadRoller {
             Step::Wait(Wait::UnmappedReplacement { pod }) => {
                 if let Some((p, changes, _)) = group.iter().find(|(p, _, _)| p.name == pod) {
                     let key = NamespacedName::new(&workload.namespace, &p.name);
+                    if !p.unmapped_replacement {
+                        self.mark_unmapped(&key, p).await;
+                    }
                     self.tell_pod(&key, p, &roll::not_mapped(changes), told)
                         .await;
                 }

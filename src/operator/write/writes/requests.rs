@@ -1,5 +1,5 @@
 //! The writes of objects the operator reconciles: statuses by server-side apply with one
-//! field manager (skipped when nothing changed), and runner pod creates, deletes and label
+//! field manager (skipped when nothing changed), and pod creates, deletes and metadata
 //! patches. (Events are written by `events.rs`, the Lease by `leader/elector.rs`.)
 
 use std::fmt::Debug;
@@ -76,7 +76,25 @@ pub async fn relabel_pod(
     uid: &str,
     vm: &str,
 ) -> Result<Written, kube::Error> {
-    let patch = json!({"metadata": {"uid": uid, "labels": {crate::runner_pod::VM_LABEL: vm}}});
+    patch_pod_metadata(
+        api,
+        name,
+        uid,
+        &json!({"labels": {crate::runner_pod::VM_LABEL: vm}}),
+    )
+    .await
+}
+
+/// Merges `metadata` (labels, annotations) into pod `name` if it is still the pod of `uid`.
+pub async fn patch_pod_metadata(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    metadata: &serde_json::Value,
+) -> Result<Written, kube::Error> {
+    let mut metadata = metadata.clone();
+    metadata["uid"] = json!(uid);
+    let patch = json!({ "metadata": metadata });
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
