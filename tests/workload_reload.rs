@@ -412,6 +412,71 @@ async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
     assert_eq!(op.process.metric("imagemap_workload_rolls"), 0.0);
 }
 
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_pod_under_two_budgets_is_reported_and_stays() {
+    let e = env("reload-two-budgets").await;
+    e.add_mapping(
+        "mirror",
+        json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"}]),
+    )
+    .await;
+    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    deploy(&e, 1, "nginx:1.27").await;
+    // Two budgets, each allowing a disruption: the Eviction API refuses a pod under both
+    // with a 500.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(e.client.clone(), &e.ns);
+    for name in ["web-budget", "web-extra"] {
+        create(
+            &budgets,
+            json!({"metadata": {"name": name},
+                   "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
+        .await;
+    }
+    let first = pods_run(&e.pods, "web", 1, "mirror.io/nginx:1.27").await;
+    let before = evictions_refused_with_500();
+    e.mappings
+        .patch(
+            "mirror",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rules": [
+                {"match": {"repository": "nginx"}, "to": "mirror2.io/nginx"}]}})),
+        )
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let refused = told(&events, "web", "EvictionRefused").await;
+    println!("{refused}");
+    assert!(
+        refused.contains("more than one PodDisruptionBudget"),
+        "{refused}"
+    );
+    assert!(refused.contains("1 pod(s) left"), "{refused}");
+    // The pod stays, and the refusal is not tried again at once (the roller looks again
+    // every second while a roll waits): the API server answered one eviction with a 500.
+    let now = pods_run(&e.pods, "web", 1, "mirror.io/nginx:1.27").await;
+    assert_eq!(now[0].metadata.uid, first[0].metadata.uid);
+    assert!(now[0].metadata.deletion_timestamp.is_none());
+    assert_eq!(op.process.metric("imagemap_pods_evicted_total"), 0.0);
+    assert_eq!(evictions_refused_with_500() - before, 1.0);
+}
+
+/// The evictions the API server answered with a 500 (a pod under two budgets), from its
+/// `/metrics` (counted since it started); no other test makes one.
+fn evictions_refused_with_500() -> f64 {
+    let metrics = kubectl_ok(&["get", "--raw", "/metrics"]);
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains(r#"code="500""#)
+                && l.contains(r#"subresource="eviction""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Waits until the status of the mapping `mirror` satisfies `pred`; that status.
 async fn wait_status(
     e: &support::vms::Env,
