@@ -1,7 +1,7 @@
 //! Pods admission did not map, found by the leader's paged scan and counted in the mapping's
 //! status (`unmappedPods`), against the real control plane: pods created before the
 //! operator ran are found at its start; after a change of rules, the namespaces the change
-//! reaches are scanned again, at most once a minute each; mapped pods are counted
+//! reaches are scanned again, at most once a minute each (20 s here); mapped pods are counted
 //! (`affectedPods`). Run with `scripts/test`.
 
 #![allow(clippy::unwrap_used)] // test code
@@ -67,9 +67,10 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
         create_pod(&e.pods, &format!("early-{i}"), "nginx:1.27").await;
     }
     create_pod(&e.pods, "redis", "redis:7").await;
-    let _op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
-    // The scan at start finds the three.
+    // Rule changes bring a namespace's scan at most every 20 s here (a minute by default).
     let started = Instant::now();
+    let _op = WebhookOperator::start(&e.ns, "nginx", &["--pod-scan-namespace-seconds", "20"]).await;
+    // The scan at start finds the three.
     status(&e, "mirror", |s| s.unmapped_pods == Some(3)).await;
     println!(
         "3 pods created before the operator counted unmappedPods within {:?} of its start",
@@ -80,9 +81,10 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
     let s = status(&e, "mirror", |s| s.affected_pods == Some(1)).await;
     assert_eq!(s.rules[0].affected_pods, 1);
     assert_eq!(s.unmapped_pods, Some(3));
-    // A new rule for redis: the namespace was scanned less than a minute ago, so the next
-    // scan waits for its minute; then the redis pod is found.
+    // A new rule for redis: the namespace was scanned less than 20 s ago (at the start), so
+    // the next scan waits for its 20 s; then the redis pod is found.
     let changed = Instant::now();
+    assert!(started.elapsed() < Duration::from_secs(20), "{started:?}");
     e.add_mapping(
         "redis",
         json!([{"match": {"repository": "redis"}, "to": "mirror.io/redis"}]),
@@ -90,8 +92,12 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
     .await;
     status(&e, "redis", |s| s.unmapped_pods == Some(1)).await;
     let took = changed.elapsed();
-    println!("after a new rule, its namespace was scanned again in {took:?}");
-    assert!(took < Duration::from_secs(75), "{took:?}");
+    println!(
+        "after a new rule, its namespace was scanned again in {took:?}, {:?} after the operator started",
+        started.elapsed()
+    );
+    assert!(started.elapsed() >= Duration::from_secs(20), "{took:?}");
+    assert!(took < Duration::from_secs(40), "{took:?}");
     // Deleting the early pods: the next scan forgets them (the periodic one is 10 minutes
     // away; a change of the rule reaching the namespace scans it again).
     for i in 0..3 {

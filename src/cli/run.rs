@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// both, the Secret empty.
     #[arg(long, value_name = "NAME", conflicts_with = "webhook_cert_dir")]
     pub webhook_secret: Option<String>,
+    /// Seconds between two scans of one namespace for pods admission did not map, at least,
+    /// when rule changes reach it.
+    #[arg(long, hide = true, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub pod_scan_namespace_seconds: u64,
     /// Seconds the CA `--webhook-secret` makes is valid (rotated after two thirds).
     #[arg(long, hide = true, default_value_t = 3 * 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(60..))]
     pub webhook_ca_validity_seconds: u64,
@@ -205,6 +209,7 @@ impl RunArgs {
             }),
             webhook: self.webhook(own_namespace)?,
             neonvm_default_runner_image: self.neonvm_default_runner_image.clone(),
+            pod_scan_namespace_interval: Duration::from_secs(self.pod_scan_namespace_seconds),
             // Under leader election, the leader tells the others what it verified.
             published_digests: self.leader_elect.then(|| NamespacedName {
                 namespace: self.lease_namespace(),

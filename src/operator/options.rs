@@ -46,6 +46,9 @@ pub struct Options {
     /// Where the leader publishes the digests it verified for every replica (under leader
     /// election); `None`: no other replica to tell.
     pub published_digests: Option<crate::namespaced_name::NamespacedName>,
+    /// The least time between two scans of one namespace for pods admission did not map,
+    /// after rule changes.
+    pub pod_scan_namespace_interval: Duration,
 }
 
 /// A Secret the operator reads, by namespace and name.
@@ -106,6 +109,10 @@ pub enum WebhookCertificate {
 /// The default of [`Options::tag_poll_interval`].
 pub const DEFAULT_TAG_POLL_INTERVAL: Duration = Duration::from_secs(30);
 
+/// The default of [`Options::pod_scan_namespace_interval`]: a Tilt loop changing a rule on
+/// every build lists a namespace's pods at most once a minute.
+pub const DEFAULT_POD_SCAN_NAMESPACE_INTERVAL: Duration = Duration::from_mins(1);
+
 /// The default of [`Options::concurrency`].
 pub const DEFAULT_CONCURRENCY: u16 = 32;
 
@@ -126,6 +133,7 @@ impl Default for Options {
             webhook: None,
             neonvm_default_runner_image: None,
             published_digests: None,
+            pod_scan_namespace_interval: DEFAULT_POD_SCAN_NAMESPACE_INTERVAL,
         }
     }
 }

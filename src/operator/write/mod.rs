@@ -175,6 +175,7 @@ pub async fn run(
                 client: client.clone(),
                 namespaces: options.namespaces.clone(),
                 excluded: webhook.excluded.clone(),
+                per_namespace: options.pod_scan_namespace_interval,
                 caches: caches.clone(),
                 rules: Arc::clone(&rules),
                 digests: Arc::clone(&digests),

@@ -5,8 +5,9 @@
 //! `imagemap.dev/live-reload`), NeonVM's runner pods (their labels do not last; NeonVM's live
 //! reload finds them) and imagemap's own VMs' pods (their controller maps them). It runs at
 //! start, every [`EVERY`], and after a change of rules in the namespaces the changed rules
-//! reach, at most once a [`PER_NAMESPACE`] for each: a dev loop that changes a rule every
-//! build does not list the cluster each time. Namespaces the webhook never sees are skipped.
+//! reach, at most once a minute for each (`PodScanner::per_namespace`): a dev loop that
+//! changes a rule every build does not list the cluster each time. Namespaces the webhook
+//! never sees are skipped.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -35,9 +36,6 @@ use crate::workload_reload::live_pod::LivePod;
 pub const PAGE: u32 = 500;
 /// How often every namespace is scanned.
 pub const EVERY: Duration = Duration::from_mins(10);
-/// How often one namespace is scanned at most after changes of rules.
-pub const PER_NAMESPACE: Duration = Duration::from_mins(1);
-
 /// What the scanner lists, judges with and counts into.
 pub struct PodScanner {
     pub client: Client,
@@ -45,6 +43,8 @@ pub struct PodScanner {
     pub namespaces: Vec<String>,
     /// The namespaces the webhook never sees.
     pub excluded: Excluded,
+    /// How often one namespace is scanned at most after changes of rules.
+    pub per_namespace: Duration,
     pub caches: Caches,
     pub rules: Arc<RulesInForce>,
     pub digests: Arc<VerifiedDigests>,
@@ -167,7 +167,7 @@ pub async fn run(scanner: PodScanner) {
             .filter(|ns| {
                 last_scan
                     .get(*ns)
-                    .is_none_or(|at| *at + PER_NAMESPACE <= now)
+                    .is_none_or(|at| *at + scanner.per_namespace <= now)
             })
             .cloned()
             .collect();
@@ -178,7 +178,7 @@ pub async fn run(scanner: PodScanner) {
         }
         let wake = pending
             .iter()
-            .filter_map(|ns| last_scan.get(ns).map(|at| *at + PER_NAMESPACE))
+            .filter_map(|ns| last_scan.get(ns).map(|at| *at + scanner.per_namespace))
             .min()
             .map_or(next_full, |at| at.min(next_full));
         tokio::select! {
