@@ -36,6 +36,7 @@ use crate::workload_reload::live_pod::LivePod;
 pub const PAGE: u32 = 500;
 /// How often every namespace is scanned.
 pub const EVERY: Duration = Duration::from_mins(10);
+
 /// What the scanner lists, judges with and counts into.
 pub struct PodScanner {
     pub client: Client,
