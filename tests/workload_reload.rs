@@ -125,6 +125,19 @@ async fn told(events: &Api<Event>, name: &str, reason: &str) -> String {
     }
 }
 
+/// Changes the mapping `mirror` to one rule: nginx → `to`.
+async fn nginx_to(e: &support::vms::Env, to: &str) {
+    e.mappings
+        .patch(
+            "mirror",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rules": [
+                {"match": {"repository": "nginx"}, "to": to}]}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// Creates the Deployment `web` of `replicas` live-reload pods running `image`; its API.
 async fn deploy(e: &support::vms::Env, replicas: u32, image: &str) -> Api<Deployment> {
     let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
@@ -203,15 +216,7 @@ async fn a_deployment_under_a_budget_rolls_on_a_mapping_change_and_its_spec_stay
     );
     let fewest = fewest_ready(&e.pods, "web", 3);
 
-    e.mappings
-        .patch(
-            "mirror",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"rules": [
-                {"match": {"repository": "nginx"}, "to": "mirror2.io/nginx"}]}})),
-        )
-        .await
-        .unwrap();
+    nginx_to(&e, "mirror2.io/nginx").await;
     let rolled = pods_run(&e.pods, "web", 3, "mirror2.io/nginx:1.27").await;
     let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
     let finished = told(&events, "web", "LiveReloadFinished").await;
@@ -355,15 +360,7 @@ async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
     )
     .await;
     let first = pods_run(&e.pods, "web", 2, "mirror.io/nginx:1.27").await;
-    e.mappings
-        .patch(
-            "mirror",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"rules": [
-                {"match": {"repository": "nginx"}, "to": "mirror2.io/nginx"}]}})),
-        )
-        .await
-        .unwrap();
+    nginx_to(&e, "mirror2.io/nginx").await;
     let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
     let held = told(&events, "web", "DisruptionBudgetHolds").await;
     println!("{held}");
@@ -436,15 +433,7 @@ async fn a_pod_under_two_budgets_is_reported_and_stays() {
     }
     let first = pods_run(&e.pods, "web", 1, "mirror.io/nginx:1.27").await;
     let before = evictions_refused_with_500();
-    e.mappings
-        .patch(
-            "mirror",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"rules": [
-                {"match": {"repository": "nginx"}, "to": "mirror2.io/nginx"}]}})),
-        )
-        .await
-        .unwrap();
+    nginx_to(&e, "mirror2.io/nginx").await;
     let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
     let refused = told(&events, "web", "EvictionRefused").await;
     println!("{refused}");
@@ -693,27 +682,8 @@ async fn a_followed_tag_pushed_rolls_the_deployment_that_follows_it() {
 /// `imagemap run` registering its webhook for `namespace` at a port nothing listens on: the
 /// API server cannot reach it, and (failing open) admits every pod unmapped.
 async fn unreachable_webhook(namespace: &str) -> WebhookOperator {
-    let configuration = format!("imagemap-{namespace}");
-    let (port, nobody) = (free_port(), free_port());
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{nobody}"),
-    );
-    let args = [
-        "--namespace",
-        namespace,
-        "--webhook-addr",
-        &addr,
-        "--webhook-url",
-        &url,
-        "--webhook-configuration",
-        &configuration,
-    ];
-    WebhookOperator {
-        process: OperatorProcess::start(&args).await,
-        port,
-        configuration,
-    }
+    let nobody = format!("https://127.0.0.1:{}", free_port());
+    WebhookOperator::launch_at(namespace, &["--namespace", namespace], &nobody).await
 }
 
 /// Waits until a pod of `app`, not going, carries the unmapped replacement's annotation.

@@ -44,16 +44,22 @@ impl WebhookOperator {
     /// Starts it with `args`, its configuration named after `name`; it is not waited for.
     pub async fn launch(name: &str, args: &[&str]) -> WebhookOperator {
         let port = free_port();
+        Self::serve(name, args, port, &format!("https://127.0.0.1:{port}")).await
+    }
+
+    /// As [`Self::launch`], but registering its webhook at `url` (where it does not listen).
+    pub async fn launch_at(name: &str, args: &[&str], url: &str) -> WebhookOperator {
+        Self::serve(name, args, free_port(), url).await
+    }
+
+    async fn serve(name: &str, args: &[&str], port: u16, url: &str) -> WebhookOperator {
         let configuration = format!("imagemap-{name}");
-        let (addr, url) = (
-            format!("127.0.0.1:{port}"),
-            format!("https://127.0.0.1:{port}"),
-        );
+        let addr = format!("127.0.0.1:{port}");
         let mut all = vec![
             "--webhook-addr",
             &addr,
             "--webhook-url",
-            &url,
+            url,
             "--webhook-configuration",
             &configuration,
         ];
