@@ -96,9 +96,8 @@ impl RollMemory {
 }
 
 /// Whether the eviction under way is over: the pod going or gone, a replacement there,
-/// every pod not going Available, and the workload settled. (As the Deployment controller
-/// does, the next step does not wait for a going pod's grace period to end: it no longer
-/// counts as available.)
+/// every pod not going Available, and the workload settled. (The next step does not wait
+/// for a going pod's grace period to end: it no longer counts as available.)
 fn eviction_over(
     evicted: &Evicted,
     status: Option<&WorkloadStatus>,
