@@ -38,9 +38,9 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Namespace;
 use serde_json::{Value, json};
 
-use imagemap::admission::scope::Excluded;
+use imagemap::core::admission::scope::Excluded;
+use imagemap::core::rules::{CompileOptions, MappingInput};
 use imagemap::operator::Admitter;
-use imagemap::rules::{CompileOptions, MappingInput};
 
 #[path = "support/rule_mix.rs"]
 mod rule_mix;

@@ -42,8 +42,10 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use imagemap::api::{ClusterImageMapping, ClusterImageMappingSpec, ImageMapping, ImageMappingSpec};
-use imagemap::rules::Scope;
+use imagemap::core::api::{
+    ClusterImageMapping, ClusterImageMappingSpec, ImageMapping, ImageMappingSpec,
+};
+use imagemap::core::rules::Scope;
 
 use cluster::{CONCURRENCY, is_status, retry};
 use operator_process::OperatorProcess;

@@ -41,7 +41,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use imagemap::api::{ImageMapping, ImageMappingSpec};
+use imagemap::core::api::{ImageMapping, ImageMappingSpec};
 use operator_process::{OperatorProcess, Requests, delta};
 
 const MANAGER: &str = "imagemap-bench";

@@ -12,13 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use imagemap::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
-use imagemap::mapping_status::{
+use imagemap::core::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
+use imagemap::core::mapping_status::{
     MappingView, PodTally, VmCount, VmTally, dry_runs, mapping_statuses, statuses,
 };
-use imagemap::namespaced_name::NamespacedName;
-use imagemap::rules::{CompileOptions, MappingInput, MappingKey, Mode, RuleSet, Scope};
-use imagemap::vm_images::VmView;
+use imagemap::core::namespaced_name::NamespacedName;
+use imagemap::core::rules::{CompileOptions, MappingInput, MappingKey, Mode, RuleSet, Scope};
+use imagemap::core::vm_images::VmView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 

@@ -30,7 +30,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use imagemap::api::{ImageMapping, ImageMappingSpec};
+use imagemap::core::api::{ImageMapping, ImageMappingSpec};
 use operator_process::OperatorProcess;
 
 /// Creates `n` pods asking for an image a rule rewrites, that no scheduler takes.

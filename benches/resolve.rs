@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use imagemap::reference::Reference;
-use imagemap::rules::{CompileOptions, Mode, Requester, RuleSet};
+use imagemap::core::reference::Reference;
+use imagemap::core::rules::{CompileOptions, Mode, Requester, RuleSet};
 
 #[path = "support/rule_mix.rs"]
 mod rule_mix;

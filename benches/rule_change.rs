@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use imagemap::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
-use imagemap::rule_change::affected_vms;
-use imagemap::rules::{CompileOptions, MappingInput, Mode, RuleSet, Scope};
-use imagemap::vm_images::VmView;
+use imagemap::core::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
+use imagemap::core::rule_change::affected_vms;
+use imagemap::core::rules::{CompileOptions, MappingInput, Mode, RuleSet, Scope};
+use imagemap::core::vm_images::VmView;
 
 const VMS: usize = 10_000;
 const RUNNER: &str = "neondatabase/neonvm-runner:v1";

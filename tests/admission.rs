@@ -213,7 +213,8 @@ async fn a_pod_opts_out_of_its_namespaces_rules_never_out_of_the_clusters() {
         json!([{"match": {"repository": "busybox"}, "to": "tenant.io/busybox"}]),
     )
     .await;
-    let cluster_mappings: Api<imagemap::api::ClusterImageMapping> = Api::all(e.client.clone());
+    let cluster_mappings: Api<imagemap::core::api::ClusterImageMapping> =
+        Api::all(e.client.clone());
     let admin = format!("admin-{}", e.ns);
     cluster_mappings
         .create(

@@ -9,7 +9,7 @@ mod support;
 
 use std::fmt::Debug;
 
-use imagemap::api::{
+use imagemap::core::api::{
     ClusterImageMapping, ClusterImageMappingSpec, Guest, ImageMapping, ImageMappingSpec,
     MappingRule, RootDisk, RuleMatch, VirtualMachine, VirtualMachineSpec,
 };
@@ -267,6 +267,6 @@ async fn each_kind_round_trips_through_kube_rs() {
         .unwrap();
     assert_eq!(
         stored.spec.restart_policy,
-        imagemap::api::RestartPolicy::Always
+        imagemap::core::api::RestartPolicy::Always
     );
 }

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use imagemap::allowed_registries::AllowedRegistries;
+use imagemap::core::allowed_registries::AllowedRegistries;
 use imagemap::operator::{Options, SecretName};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -118,7 +118,7 @@ async fn a_pushed_tag_moves_live_reload_pods_and_is_reported_to_the_others() {
     // The mapping lists it as waiting for a restart (and only it), and its rule the tag it
     // follows with the digest it points to now.
     let awaiting = format!("{}/steady", e.ns);
-    let followed = imagemap::api::FollowedTag {
+    let followed = imagemap::core::api::FollowedTag {
         reference: tag.clone(),
         digest: Some(second.clone()),
     };
@@ -684,7 +684,7 @@ async fn a_registry_token_service_is_asked_with_the_credentials_secret() {
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
 async fn the_credentials_serve_cluster_rules_and_not_a_tenants_mapping() {
-    use imagemap::api::ClusterImageMapping;
+    use imagemap::core::api::ClusterImageMapping;
     use support::registry::PRIVATE_PASSWORD;
     let e = env("digest-whose").await;
     let registry = TestRegistry::start_private(&e.ns).await;
@@ -804,7 +804,7 @@ async fn one_namespace_with_200_silent_tags_holds_up_no_other_namespace() {
                 json!({"name": format!("c{j}"), "image": format!("{host}/app{v}-{j}:dev")})
             })
             .collect();
-        let vm: imagemap::api::VirtualMachine = serde_json::from_value(json!({
+        let vm: imagemap::core::api::VirtualMachine = serde_json::from_value(json!({
             "apiVersion": "imagemap.dev/v1alpha1", "kind": "VirtualMachine",
             "metadata": {"name": format!("noisy-{v}")},
             "spec": {"guest": {"rootDisk": {"image": COMPUTE}}, "extraInitContainers": extra}

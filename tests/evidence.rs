@@ -13,7 +13,7 @@ mod support;
 use std::time::Instant;
 
 use futures::StreamExt;
-use imagemap::api::VirtualMachine;
+use imagemap::core::api::VirtualMachine;
 use imagemap::operator::Options;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -113,14 +113,16 @@ async fn a_pod_that_lost_its_label_while_no_operator_ran_gets_it_back_not_a_twin
     let first = Operator::start(&[&e.ns], Options::default()).await;
     e.add_vm("vm", false, "Always", COMPUTE).await;
     let pod = wait_single_pod(&e, "vm", COMPUTE_NORMALIZED).await;
-    wait_phase(&e, "vm", imagemap::api::VmPhase::Running).await;
+    wait_phase(&e, "vm", imagemap::core::api::VmPhase::Running).await;
     // The operator stops (a crash, an upgrade); meanwhile someone strips the pod's label.
     drop(first);
     e.pods
         .patch(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"labels": {imagemap::runner_pod::VM_LABEL: null}}})),
+            &Patch::Merge(
+                &json!({"metadata": {"labels": {imagemap::core::runner_pod::VM_LABEL: null}}}),
+            ),
         )
         .await
         .unwrap();
@@ -152,7 +154,7 @@ async fn a_pod_that_lost_its_label_while_no_operator_ran_gets_it_back_not_a_twin
     let status = vm.status.unwrap();
     assert_eq!(status.pod_name.as_deref(), Some(pod.name_any().as_str()));
     assert_eq!(status.restart_count, 0);
-    assert_eq!(status.phase, Some(imagemap::api::VmPhase::Running));
+    assert_eq!(status.phase, Some(imagemap::core::api::VmPhase::Running));
 }
 
 #[tokio::test]
@@ -250,7 +252,7 @@ async fn loosen_mapping_crd(client: &kube::Client, loose: bool) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = "imagemappings.imagemap.dev";
     let current = crds.get(name).await.unwrap();
-    let shipped = imagemap::crds::all()
+    let shipped = imagemap::core::crds::all()
         .into_iter()
         .find(|c| c.metadata.name.as_deref() == Some(name))
         .unwrap();
@@ -289,7 +291,7 @@ async fn an_unreadable_mapping_never_replaces_a_pod() {
     let untyped: Api<kube::api::DynamicObject> = Api::namespaced_with(
         e.client.clone(),
         &e.ns,
-        &kube::api::ApiResource::erase::<imagemap::api::ImageMapping>(&()),
+        &kube::api::ApiResource::erase::<imagemap::core::api::ImageMapping>(&()),
     );
     while let Err(err) = untyped
         .patch("tilt", &PatchParams::default(), &Patch::Merge(&unreadable))

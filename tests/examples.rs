@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // test code
 
-use imagemap::manifests::Manifests;
+use imagemap::cli::manifest_files;
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
 
@@ -30,7 +30,7 @@ fn the_tiltfile_builds_the_image_its_mapping_rewrites_and_loads_existing_files()
         .iter()
         .map(|f| format!("{EXAMPLES}/{f}").into())
         .collect();
-    let manifests = Manifests::load(&paths, "default").unwrap();
+    let manifests = manifest_files::load(&paths, "default").unwrap();
     // Tilt swaps the built image into every rule whose `to` names it.
     let rule = &manifests.image_mappings[0].spec.rules[0];
     assert_eq!(rule.to.as_deref(), Some(built));
@@ -56,7 +56,7 @@ fn the_neonvm_example_maps_what_its_vm_asks_for_both_ways() {
     assert_eq!(vm["spec"]["restartPolicy"], "Always");
     let disk = vm["spec"]["guest"]["rootDisk"]["image"].as_str().unwrap();
     for (file, follows) in [("mapping.yaml", false), ("mapping-constant-tag.yaml", true)] {
-        let manifests = Manifests::load(&[format!("{dir}/{file}").into()], "default").unwrap();
+        let manifests = manifest_files::load(&[format!("{dir}/{file}").into()], "default").unwrap();
         let rule = &manifests.image_mappings[0].spec.rules[0];
         let repository = rule.match_.repository.as_deref().unwrap();
         assert!(

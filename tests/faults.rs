@@ -77,7 +77,7 @@ async fn wait_all_on(e: &Env, vms: &[String], disk: &str) {
             vms.iter().all(|vm| {
                 let of: Vec<_> = pods
                     .iter()
-                    .filter(|p| p.labels().get(imagemap::runner_pod::VM_LABEL) == Some(vm))
+                    .filter(|p| p.labels().get(imagemap::core::runner_pod::VM_LABEL) == Some(vm))
                     .collect();
                 of.len() == 1
                     && of[0].metadata.deletion_timestamp.is_none()

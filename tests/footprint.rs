@@ -9,7 +9,7 @@
 use std::alloc::System;
 use std::sync::Arc;
 
-use imagemap::api::VirtualMachine;
+use imagemap::core::api::VirtualMachine;
 use imagemap::operator::{CachedPod, Projection};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
@@ -100,7 +100,7 @@ fn what_the_caches_hold_per_vm() {
         .map(|vm| {
             let status = vm.status.clone().unwrap_or_default();
             let mut pod: Pod =
-                imagemap::runner_pod::build(vm, &status.resolved_image_values(), 0).unwrap();
+                imagemap::core::runner_pod::build(vm, &status.resolved_image_values(), 0).unwrap();
             pod.metadata.uid = Some("5f6e7d8c-9b0a-1928-3746-556473829100".into());
             pod.metadata.resource_version = Some("123457".into());
             serde_json::to_vec(&pod).unwrap()

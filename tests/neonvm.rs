@@ -106,7 +106,7 @@ async fn a_neonvm_runner_pod_runs_the_images_the_rules_map() {
     let client = client().await;
     install_crds(&client).await;
     let ns = fresh_namespace(&client, "neonvm-mapped").await;
-    let mappings: Api<imagemap::api::ImageMapping> = Api::namespaced(client.clone(), &ns);
+    let mappings: Api<imagemap::core::api::ImageMapping> = Api::namespaced(client.clone(), &ns);
     mappings
         .create(
             &PostParams::default(),

@@ -26,7 +26,7 @@ async fn set_rule(client: &kube::Client, ns: &str, to: &str) {
         "metadata": {"name": "disk"},
         "spec": {"rules": [{"match": {"repository": "registry.test/neondatabase/vm-compute-node-v17"}, "to": to}]},
     });
-    Api::<imagemap::api::ImageMapping>::namespaced(client.clone(), ns)
+    Api::<imagemap::core::api::ImageMapping>::namespaced(client.clone(), ns)
         .patch(
             "disk",
             &PatchParams::apply("neonvm-test").force(),

@@ -79,7 +79,7 @@ impl Bed {
             "apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping",
             "metadata": {"name": "disk"}, "spec": {"rules": [rule]},
         });
-        Api::<imagemap::api::ImageMapping>::namespaced(self.client.clone(), &self.ns)
+        Api::<imagemap::core::api::ImageMapping>::namespaced(self.client.clone(), &self.ns)
             .patch(
                 "disk",
                 &PatchParams::apply("neonvm-test").force(),
@@ -233,7 +233,8 @@ async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_ot
     }
     // The mapping's status counts NeonVM's VMs as imagemap's: three affected, two waiting
     // for a restart.
-    let mappings: Api<imagemap::api::ImageMapping> = Api::namespaced(bed.client.clone(), &bed.ns);
+    let mappings: Api<imagemap::core::api::ImageMapping> =
+        Api::namespaced(bed.client.clone(), &bed.ns);
     let deadline = Instant::now() + WAIT;
     loop {
         let status = mappings

@@ -14,11 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use imagemap::api::VmPhase;
-use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use imagemap::core::api::VmPhase;
+use imagemap::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use imagemap::core::runner_pod::VM_LABEL;
+use imagemap::core::runner_pod::pod_images;
 use imagemap::operator::Options;
-use imagemap::runner_pod::VM_LABEL;
-use imagemap::runner_pod::pod_images;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -71,7 +71,7 @@ async fn what_the_operator_keeps_of_a_vm_goes_with_it() {
     let op = Operator::start(&[&e.ns], Options::default()).await;
     e.add_vm("short-lived", true, "Always", COMPUTE).await;
     wait_single_pod(&e, "short-lived", COMPUTE_NORMALIZED).await;
-    let key = imagemap::namespaced_name::NamespacedName {
+    let key = imagemap::core::namespaced_name::NamespacedName {
         namespace: e.ns.clone(),
         name: "short-lived".into(),
     };
@@ -479,7 +479,7 @@ async fn conflicting_mappings_both_report_and_the_vm_uses_the_winner() {
 async fn invalid_rewrites_and_disallowed_targets_leave_the_pod_alone() {
     let e = env("op-invalid").await;
     let options = Options {
-        allowed_registries: imagemap::allowed_registries::AllowedRegistries::only(vec![
+        allowed_registries: imagemap::core::allowed_registries::AllowedRegistries::only(vec![
             "allowed.io".into(),
             "docker.io".into(),
         ]),

@@ -99,8 +99,8 @@ fn peak_rss_mib(pid: u32) -> f64 {
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
 async fn one_tenants_colliding_rules_cost_little_and_hold_up_no_one() {
-    use imagemap::api::{ImageMapping, VirtualMachine};
-    use imagemap::runner_pod::{VM_LABEL, pod_images};
+    use imagemap::core::api::{ImageMapping, VirtualMachine};
+    use imagemap::core::runner_pod::{VM_LABEL, pod_images};
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, PostParams};
     use serde_json::json;

@@ -176,7 +176,7 @@ async fn the_preview_lists_what_the_operator_then_does() {
     let kubeconfig = viewer_kubeconfig(&dir, &e.ns);
     // A VM of another namespace, which this operator does not act in: only -A shows it.
     let elsewhere = fresh_namespace(&e.client, "preview-other").await;
-    kube::Api::<imagemap::api::VirtualMachine>::namespaced(e.client.clone(), &elsewhere)
+    kube::Api::<imagemap::core::api::VirtualMachine>::namespaced(e.client.clone(), &elsewhere)
         .create(
             &kube::api::PostParams::default(),
             &vm("elsewhere", true, "Always", COMPUTE),
@@ -253,7 +253,7 @@ async fn the_preview_lists_what_the_operator_then_does() {
             .iter()
             .filter(|p| {
                 p.labels()
-                    .get(imagemap::runner_pod::VM_LABEL)
+                    .get(imagemap::core::runner_pod::VM_LABEL)
                     .map(String::as_str)
                     == Some(name)
             })

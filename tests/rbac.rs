@@ -13,14 +13,14 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use imagemap::admission::scope::Excluded;
-use imagemap::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use imagemap::core::admission::scope::Excluded;
+use imagemap::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use imagemap::core::runner_pod::VM_LABEL;
+use imagemap::core::runner_pod::pod_images;
+use imagemap::core::webhook_certificate::plan::Lifetimes;
 use imagemap::operator::{
     LeaderElection, LeaseTiming, Options, SecretName, Webhook, WebhookCertificate,
 };
-use imagemap::runner_pod::VM_LABEL;
-use imagemap::runner_pod::pod_images;
-use imagemap::webhook_certificate::plan::Lifetimes;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Secret, ServiceAccount};
@@ -254,7 +254,7 @@ impl Private {
         Options {
             // The mirrors the scenario's rules rewrite to (the private registry is the
             // cluster's local one: allowed, and plain HTTP, by its ConfigMap).
-            allowed_registries: imagemap::allowed_registries::AllowedRegistries::only(vec![
+            allowed_registries: imagemap::core::allowed_registries::AllowedRegistries::only(vec![
                 "mirror.io".into(),
                 "mirror2.io".into(),
                 "x.io".into(),
@@ -266,7 +266,7 @@ impl Private {
             registry_credentials_namespaces: vec![ns.to_string()],
             // Under leader election the leader publishes the digests it verified beside its
             // Lease, as `--leader-elect` sets it.
-            published_digests: Some(imagemap::namespaced_name::NamespacedName::new(
+            published_digests: Some(imagemap::core::namespaced_name::NamespacedName::new(
                 SYSTEM_NS,
                 PUBLISHED_DIGESTS,
             )),

@@ -11,8 +11,8 @@ mod support;
 
 use std::time::Duration;
 
-use imagemap::allowed_registries::AllowedRegistries;
-use imagemap::api::{ImageMapping, VirtualMachine};
+use imagemap::core::allowed_registries::AllowedRegistries;
+use imagemap::core::api::{ImageMapping, VirtualMachine};
 use imagemap::operator::Options;
 use kube::ResourceExt;
 use kube::runtime::watcher;
@@ -291,7 +291,7 @@ async fn a_malformed_digest_never_replaces_a_working_pod() {
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
 async fn huge_regex_rules_cost_little_and_hold_up_no_one() {
-    use imagemap::runner_pod::pod_images;
+    use imagemap::core::runner_pod::pod_images;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, PostParams};
 

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use imagemap::api::ImageMappingStatus;
+use imagemap::core::api::ImageMappingStatus;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;

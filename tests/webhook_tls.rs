@@ -14,7 +14,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use imagemap::api::ImageMapping;
+use imagemap::core::api::ImageMapping;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Client;

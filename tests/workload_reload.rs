@@ -469,8 +469,8 @@ fn evictions_refused_with_500() -> f64 {
 /// Waits until the status of the mapping `mirror` satisfies `pred`; that status.
 async fn wait_status(
     e: &support::vms::Env,
-    pred: impl Fn(&imagemap::api::ImageMappingStatus) -> bool,
-) -> imagemap::api::ImageMappingStatus {
+    pred: impl Fn(&imagemap::core::api::ImageMappingStatus) -> bool,
+) -> imagemap::core::api::ImageMappingStatus {
     let deadline = std::time::Instant::now() + Duration::from_mins(1);
     loop {
         let status = e

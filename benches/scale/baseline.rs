@@ -14,10 +14,10 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use imagemap::api::{ImageMapping, VirtualMachine, VirtualMachineStatus, VmPhase};
-use imagemap::rules::{CompileOptions, MappingInput, Mode, RuleSet};
-use imagemap::runner_pod;
-use imagemap::vm_images;
+use imagemap::core::api::{ImageMapping, VirtualMachine, VirtualMachineStatus, VmPhase};
+use imagemap::core::rules::{CompileOptions, MappingInput, Mode, RuleSet};
+use imagemap::core::runner_pod;
+use imagemap::core::vm_images;
 
 use super::cluster::{CONCURRENCY, is_status, retry};
 

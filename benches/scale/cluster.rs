@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use imagemap::api::{ImageMapping, VirtualMachine};
+use imagemap::core::api::{ImageMapping, VirtualMachine};
 
 /// Requests in flight at once, for every client of the benchmark.
 pub const CONCURRENCY: usize = 32;
@@ -27,7 +27,7 @@ pub fn target(tag: u32) -> String {
 /// Installs the CRDs and waits until they serve.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in imagemap::crds::all() {
+    for crd in imagemap::core::crds::all() {
         let name = crd.name_any();
         api.patch(
             &name,

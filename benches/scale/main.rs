@@ -23,8 +23,8 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::watcher;
 
-use imagemap::api::{ImageMapping, VirtualMachine, VmPhase};
-use imagemap::runner_pod::pod_images;
+use imagemap::core::api::{ImageMapping, VirtualMachine, VmPhase};
+use imagemap::core::runner_pod::pod_images;
 
 use cluster::{CONCURRENCY, Settling, apply_mapping, converge, create_vms, retry, target};
 use operator_process::{OperatorProcess, Requests, delta};

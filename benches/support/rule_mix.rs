@@ -4,8 +4,8 @@
 
 #![allow(dead_code)] // each benchmark uses part of it
 
-use imagemap::api::{MappingRule, RuleMatch};
-use imagemap::rules::{MappingInput, Scope};
+use imagemap::core::api::{MappingRule, RuleMatch};
+use imagemap::core::rules::{MappingInput, Scope};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Rule `i` of the mix.

@@ -2,7 +2,7 @@
 //! (normalization is a fixed point) with the same parts.
 #![no_main]
 
-use imagemap::reference::Reference;
+use imagemap::core::reference::Reference;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

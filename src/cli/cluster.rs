@@ -11,10 +11,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, ResourceExt};
 
 use super::preview_scope::Scope;
-use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use crate::excerpt::excerpt;
-use crate::local_registry::{self, LocalRegistry};
-use crate::manifests::Manifests;
+use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::core::excerpt::excerpt;
+use crate::core::local_registry::{self, LocalRegistry};
+use crate::core::manifests::Manifests;
 
 /// Where the cluster is: kubectl's `--kubeconfig` and `--context`.
 #[derive(Debug, Clone, Default)]

@@ -9,8 +9,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client};
 
 use super::preview_scope::Scope;
-use crate::excerpt::excerpt;
-use crate::pod_template::{PodTemplate, TemplateKind};
+use crate::core::excerpt::excerpt;
+use crate::core::pod_template::{PodTemplate, TemplateKind};
 
 /// The kinds listed, with their group, version and plural.
 const KINDS: [(TemplateKind, &str, &str, &str); 7] = [

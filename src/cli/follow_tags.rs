@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::local_registry::LocalRegistry;
+use crate::core::local_registry::LocalRegistry;
 use crate::registry::{
     CredentialSource, Credentials, Reach, Registries, RegistryCredentials, RegistryError,
 };

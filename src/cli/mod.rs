@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod cluster_workloads;
 pub mod crds;
 pub mod follow_tags;
+pub mod manifest_files;
 pub mod preview;
 pub mod preview_scope;
 mod report;

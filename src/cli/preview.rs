@@ -10,14 +10,15 @@ use std::collections::BTreeMap;
 
 use super::cluster::{self, Target};
 use super::cluster_workloads;
+use super::manifest_files;
 use super::preview_scope::{self, NamespaceMismatch, Scope, ScopeRequest};
 use super::report::{problem_json, problem_line, source_json};
 use super::resolve::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
 use super::table;
-use crate::manifests::{Manifests, ObjectKey, ObjectKind};
-use crate::preview::{PodAction, Preview, SlotChange, VmPreview, compile, preview};
-use crate::vm_images;
-use crate::workload_preview::{WorkloadPreview, preview_workloads};
+use crate::core::manifests::{Manifests, ObjectKey, ObjectKind};
+use crate::core::preview::{PodAction, Preview, SlotChange, VmPreview, compile, preview};
+use crate::core::vm_images;
+use crate::core::workload_preview::{WorkloadPreview, preview_workloads};
 
 /// The workloads a change alters, and how many it leaves as they are.
 type Workloads = (Vec<WorkloadPreview>, usize);
@@ -112,7 +113,7 @@ impl Change {
     /// Reads the -f files and what `--delete` names; objects without a namespace are in
     /// `namespace`.
     fn load(args: &ResolveArgs, namespace: &str) -> Result<Change, String> {
-        let files = Manifests::load(&args.files, namespace).map_err(|e| e.to_string())?;
+        let files = manifest_files::load(&args.files, namespace).map_err(|e| e.to_string())?;
         let mut change = Change {
             files,
             deleted_from_files: Vec::new(),
@@ -172,7 +173,7 @@ enum Removal {
 fn deleted(value: &str, namespace: &str) -> Result<Removal, String> {
     let path = PathBuf::from(value);
     if path.exists() {
-        return Manifests::load(&[path], namespace)
+        return manifest_files::load(&[path], namespace)
             .map(|m| Removal::File(m.keys()))
             .map_err(|e| e.to_string());
     }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::manifests::{ObjectKey, ObjectKind};
+use crate::core::manifests::{ObjectKey, ObjectKind};
 
 /// The namespaces a preview looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +123,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::manifests::local_registry_key;
+    use crate::core::manifests::local_registry_key;
 
     fn key(kind: ObjectKind, namespace: &str, name: &str) -> ObjectKey {
         ObjectKey {

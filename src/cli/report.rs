@@ -10,12 +10,12 @@ use serde_json::{Value, json};
 use super::follow_tags::Digests;
 use super::resolve::ResolveArgs;
 use super::table;
-use crate::admission::records;
-use crate::manifests::Manifests;
-use crate::reference::Reference;
+use crate::core::admission::records;
+use crate::core::manifests::Manifests;
+use crate::core::reference::Reference;
+use crate::core::rules::{MappingKey, Mode, Requester, RuleProblem, RuleRef};
+use crate::core::vm_images::{self, ImageSlot, SlotResolution, VmResolution};
 use crate::registry::RegistryError;
-use crate::rules::{MappingKey, Mode, Requester, RuleProblem, RuleRef};
-use crate::vm_images::{self, ImageSlot, SlotResolution, VmResolution};
 
 /// The kind of imagemap's VirtualMachines among the entries.
 const VM: &str = "VirtualMachine";
@@ -83,7 +83,7 @@ impl Report {
     }
 
     pub(super) fn build(manifests: &Manifests, args: &ResolveArgs) -> Report {
-        let set = crate::preview::compile(manifests, &args.compile_options());
+        let set = crate::core::preview::compile(manifests, &args.compile_options());
         let problems = set.problems().to_vec();
         let ns_labels = |ns: &str| {
             vm_images::namespace_labels(

@@ -4,11 +4,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::follow_tags::{ask_registries, read_registry_config};
+use super::manifest_files;
 use super::report::Report;
-use crate::allowed_registries::AllowedRegistries;
-use crate::manifests::Manifests;
-use crate::rules::CompileOptions;
-use crate::vm_images;
+use crate::core::allowed_registries::AllowedRegistries;
+use crate::core::rules::CompileOptions;
+use crate::core::vm_images;
 
 /// Output format of `imagemap resolve`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -146,7 +146,7 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         return super::preview::run(args, out, err);
     }
     let namespace = args.namespace.as_deref().unwrap_or("default");
-    let manifests = match Manifests::load(&args.files, namespace) {
+    let manifests = match manifest_files::load(&args.files, namespace) {
         Ok(m) => m,
         Err(e) => {
             let _ = writeln!(err, "error: {e}");

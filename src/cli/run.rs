@@ -4,17 +4,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admission::scope::Excluded;
-use crate::allowed_registries::AllowedRegistries;
 use crate::api_requests::ApiRequests;
-use crate::local_registry::Vantage;
-use crate::namespaced_name::NamespacedName;
+use crate::core::admission::scope::Excluded;
+use crate::core::allowed_registries::AllowedRegistries;
+use crate::core::local_registry::Vantage;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::vm_images;
+use crate::core::webhook_certificate::plan::Lifetimes;
 use crate::operator::{
     self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
     SecretName, TokenFile, Webhook, WebhookCertificate, health,
 };
-use crate::vm_images;
-use crate::webhook_certificate::plan::Lifetimes;
 
 /// Arguments of `imagemap run`.
 #[derive(Debug, clap::Args)]
@@ -198,7 +198,9 @@ impl RunArgs {
             concurrency: self.concurrency,
             tag_poll_interval: self.tag_poll_interval,
             insecure_registries: self.insecure_registries.clone(),
-            local_registry_vantage: self.local_registry_vantage.unwrap_or_else(Vantage::detect),
+            local_registry_vantage: self
+                .local_registry_vantage
+                .unwrap_or_else(vantage_of_this_process),
             registry_notifications,
             registry_credentials_namespaces: self.registry_credentials_namespaces.clone(),
             registry_credentials: self.registry_credentials_secret.as_ref().map(|name| {
@@ -400,6 +402,16 @@ async fn shutdown_signal() {
         () = term => {}
     }
     tracing::info!("stopping: letting running reconciles finish");
+}
+
+/// Where this process reaches the cluster's local registry from: from a pod when the kubelet
+/// gave it the API server's service address, else from the host.
+fn vantage_of_this_process() -> Vantage {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        Vantage::ClusterNetwork
+    } else {
+        Vantage::Host
+    }
 }
 
 #[cfg(test)]

@@ -19,10 +19,10 @@ use super::cluster::{self, Target};
 use super::preview_scope::Scope;
 use super::resolve::{EXIT_OK, EXIT_USAGE, Output, compile_options, runtime};
 use super::table;
-use crate::excerpt::excerpt;
-use crate::neonvm::reload::LIVE_RELOAD_LABEL;
-use crate::neonvm::slot_status::{SlotStatus, slot_statuses};
-use crate::neonvm::{self, NeonVm};
+use crate::core::excerpt::excerpt;
+use crate::core::neonvm::reload::LIVE_RELOAD_LABEL;
+use crate::core::neonvm::slot_status::{SlotStatus, slot_statuses};
+use crate::core::neonvm::{self, NeonVm};
 
 /// Arguments of `imagemap status`.
 #[derive(Debug, clap::Args)]
@@ -169,11 +169,11 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         );
         return EXIT_OK;
     };
-    let rules = crate::preview::compile(&live, &compile_options(&args.allowed_registries));
+    let rules = crate::core::preview::compile(&live, &compile_options(&args.allowed_registries));
     let shown: Vec<VmStatus> = vms
         .into_iter()
         .map(|(vm, pod)| {
-            let labels = crate::vm_images::namespace_labels(
+            let labels = crate::core::vm_images::namespace_labels(
                 &vm.namespace,
                 live.namespaces
                     .get(&vm.namespace)

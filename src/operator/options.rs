@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::allowed_registries::AllowedRegistries;
-use crate::local_registry::{LocalRegistry, Vantage};
+use crate::core::allowed_registries::AllowedRegistries;
+use crate::core::local_registry::{LocalRegistry, Vantage};
+use crate::core::rules::CompileOptions;
+use crate::core::vm_images;
 use crate::registry::Reach;
-use crate::rules::CompileOptions;
-use crate::vm_images;
 
 /// Operator settings (the `imagemap run` flags).
 #[derive(Debug, Clone)]
@@ -45,7 +45,7 @@ pub struct Options {
     pub neonvm_default_runner_image: Option<String>,
     /// Where the leader publishes the digests it verified for every replica (under leader
     /// election); `None`: no other replica to tell.
-    pub published_digests: Option<crate::namespaced_name::NamespacedName>,
+    pub published_digests: Option<crate::core::namespaced_name::NamespacedName>,
     /// The least time between two scans of one namespace for pods admission did not map,
     /// after rule changes.
     pub pod_scan_namespace_interval: Duration,
@@ -83,7 +83,7 @@ pub struct Webhook {
     pub certificate: WebhookCertificate,
     /// The namespaces never mapped: the cluster's own, the operator's and
     /// `--webhook-exclude-namespaces`.
-    pub excluded: crate::admission::scope::Excluded,
+    pub excluded: crate::core::admission::scope::Excluded,
 }
 
 /// Where the webhook's serving certificate comes from.
@@ -102,7 +102,7 @@ pub enum WebhookCertificate {
     Secret {
         secret: SecretName,
         configuration: String,
-        lifetimes: crate::webhook_certificate::plan::Lifetimes,
+        lifetimes: crate::core::webhook_certificate::plan::Lifetimes,
     },
 }
 

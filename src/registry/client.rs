@@ -10,9 +10,9 @@ use reqwest::{Method, Response, StatusCode, Url};
 use sha2::{Digest as _, Sha256};
 
 use super::error::{Cause, Role};
-use crate::allowed_registries::AllowedRegistries;
-use crate::excerpt::excerpt;
-use crate::reference::DEFAULT_DOMAIN;
+use crate::core::allowed_registries::AllowedRegistries;
+use crate::core::excerpt::excerpt;
+use crate::core::reference::DEFAULT_DOMAIN;
 
 /// The longest a connection may take to open.
 const CONNECT_LIMIT: Duration = Duration::from_secs(5);

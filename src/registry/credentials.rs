@@ -13,7 +13,7 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
-use crate::reference::{DEFAULT_DOMAIN, LEGACY_DEFAULT_DOMAIN};
+use crate::core::reference::{DEFAULT_DOMAIN, LEGACY_DEFAULT_DOMAIN};
 
 /// The Secret type the credentials come in.
 pub const SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";

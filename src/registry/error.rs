@@ -1,6 +1,6 @@
 //! Why a registry could not say which digest a tag points to: typed, and short when shown.
 //! Every piece of text in it that came from outside (a body, a header, a connection error)
-//! is an [`excerpt`](crate::excerpt) already, so a message made from it is fit for a VM's
+//! is an [`excerpt`](crate::core::excerpt) already, so a message made from it is fit for a VM's
 //! status, an Event and a log.
 
 use std::fmt;
@@ -147,7 +147,7 @@ impl fmt::Display for Cause {
 
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let registry = crate::reference::domain_of_normalized(&self.reference);
+        let registry = crate::core::reference::domain_of_normalized(&self.reference);
         match &self.via {
             Some(via) if via.contacted != registry => write!(
                 f,

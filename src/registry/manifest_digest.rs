@@ -19,8 +19,8 @@ use super::client::{
 };
 use super::error::{Cause, Role};
 use super::token_cache::{Key, TokenCache};
-use crate::excerpt::excerpt;
-use crate::reference::{Reference, validate_digest};
+use crate::core::excerpt::excerpt;
+use crate::core::reference::{Reference, validate_digest};
 
 /// Most bytes of a manifest (distribution's own limit).
 pub const MANIFEST_LIMIT: usize = 4 << 20;
@@ -311,7 +311,7 @@ mod tests {
             let Err(Cause::InvalidDigest(said)) = valid_digest(&bad) else {
                 panic!("{bad} taken");
             };
-            assert!(said.chars().count() <= crate::excerpt::EXCERPT_CHARS);
+            assert!(said.chars().count() <= crate::core::excerpt::EXCERPT_CHARS);
         }
     }
 

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::reference::Reference;
+use crate::core::reference::Reference;
 
 /// The notification envelope (`application/vnd.docker.distribution.events.v2+json`).
 #[derive(Debug, Deserialize)]

@@ -12,10 +12,10 @@ use super::credentials::{Credential, RegistryCredentials};
 use super::error::{Cause, RegistryError, Via};
 use super::manifest_digest::{Asking, Login};
 use super::token_cache::TokenCache;
-use crate::allowed_registries::AllowedRegistries;
-use crate::excerpt::excerpt;
-use crate::local_registry::{LocalRegistry, Vantage};
-use crate::reference::Reference;
+use crate::core::allowed_registries::AllowedRegistries;
+use crate::core::excerpt::excerpt;
+use crate::core::local_registry::{LocalRegistry, Vantage};
+use crate::core::reference::Reference;
 
 /// The longest a digest check may take.
 pub const CHECK_LIMIT: Duration = Duration::from_secs(10);

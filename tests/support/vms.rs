@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use imagemap::api::{ImageMapping, VirtualMachine, VmPhase};
-use imagemap::runner_pod::{VM_LABEL, pod_images};
+use imagemap::core::api::{ImageMapping, VirtualMachine, VmPhase};
+use imagemap::core::runner_pod::{VM_LABEL, pod_images};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -127,7 +127,7 @@ pub fn condition<'a>(vm: &'a VirtualMachine, ty: &str) -> Option<(&'a str, &'a s
 pub fn resolved<'a>(
     vm: &'a VirtualMachine,
     slot: &str,
-) -> Option<&'a imagemap::api::ResolvedImage> {
+) -> Option<&'a imagemap::core::api::ResolvedImage> {
     vm.status
         .as_ref()?
         .resolved_images

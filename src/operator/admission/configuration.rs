@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client};
 
-use crate::admission::scope::Excluded;
+use crate::core::admission::scope::Excluded;
 use crate::operator::admission::server::PATH;
 
 /// The name of the one webhook in the configuration.

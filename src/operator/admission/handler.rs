@@ -13,16 +13,16 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 #[cfg(doc)]
-use crate::admission::pod_mutation::MAX_WARNINGS;
-use crate::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
-use crate::admission::scope::{self, Excluded, RequestKind, Requesters, Skip};
-use crate::excerpt::excerpt;
+use crate::core::admission::pod_mutation::MAX_WARNINGS;
+use crate::core::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
+use crate::core::admission::scope::{self, Excluded, RequestKind, Requesters, Skip};
+use crate::core::excerpt::excerpt;
+use crate::core::rules::{CompileOptions, MappingInput};
+use crate::core::vm_images;
 use crate::operator::read::digests::followed_tags::Followed;
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::neonvm::neonvm_state::NeonVmState;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
-use crate::rules::{CompileOptions, MappingInput};
-use crate::vm_images;
 
 /// What admission answers from.
 #[derive(Clone)]
@@ -174,7 +174,7 @@ impl Admitter {
             .unwrap_or_default();
         let namespace_labels = vm_images::namespace_labels(&namespace, &labels);
         let rules = self.rules.current();
-        let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
+        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
             self.digests.get(&Followed::of(reference, rule, ns))
         };
         let runner_images = |ns: &str, vm: &str| self.neonvm.runner_images(ns, vm);

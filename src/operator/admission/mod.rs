@@ -70,7 +70,7 @@ impl Serving {
                     tracing::info!("deleted the webhook configuration this process registered");
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %crate::excerpt::excerpt(&e.to_string()), "could not delete the webhook configuration this process registered");
+                    tracing::warn!(error = %crate::core::excerpt::excerpt(&e.to_string()), "could not delete the webhook configuration this process registered");
                 }
                 Err(_) => {
                     tracing::warn!(
@@ -160,7 +160,7 @@ pub async fn start(
                     *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
                 }
                 Err(e) => {
-                    tracing::error!(error = %crate::excerpt::excerpt(&e.to_string()), configuration = %name, "could not register the webhook");
+                    tracing::error!(error = %crate::core::excerpt::excerpt(&e.to_string()), configuration = %name, "could not register the webhook");
                 }
             }
         }));
@@ -246,7 +246,7 @@ async fn own_user(client: &Client) -> Option<String> {
             .and_then(|s| s.user_info)
             .and_then(|u| u.username),
         Err(e) => {
-            tracing::warn!(error = %crate::excerpt::excerpt(&e.to_string()), "cannot learn the operator's user name: the runner pods it creates are mapped again at admission");
+            tracing::warn!(error = %crate::core::excerpt::excerpt(&e.to_string()), "cannot learn the operator's user name: the runner pods it creates are mapped again at admission");
             None
         }
     }

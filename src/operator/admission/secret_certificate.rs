@@ -10,12 +10,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
-use crate::excerpt::excerpt;
+use crate::core::excerpt::excerpt;
+use crate::core::webhook_certificate::{CERT, KEY};
 use crate::operator::admission::tls::Certificates;
 use crate::operator::options::SecretName;
 use crate::operator::read::watches::listed::Listed;
 use crate::operator::read::watches::watch_backoff::WatchBackoff;
-use crate::webhook_certificate::{CERT, KEY};
 
 /// The serving certificate and key a Secret holds, when it holds both.
 fn pair(secret: &Secret) -> Option<(String, String)> {

@@ -14,7 +14,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-use crate::webhook_certificate::issue::{self, IssueError};
+use crate::core::webhook_certificate::issue::{self, IssueError};
 
 /// How long a certificate made here is valid.
 pub const VALIDITY: Duration = Duration::from_hours(24 * 365);

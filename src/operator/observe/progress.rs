@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use tokio::sync::watch;
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 
 /// How much work the operator has finished.
 #[derive(Debug)]

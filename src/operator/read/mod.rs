@@ -22,13 +22,13 @@ use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 
-use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use crate::namespaced_name::NamespacedName;
+use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::runner_pod::VM_LABEL;
 use crate::operator::observe::health::Health;
 use crate::operator::options::Options;
 use crate::operator::tasks::Tasks;
 use crate::registry::{CredentialSource, Registries};
-use crate::runner_pod::VM_LABEL;
 use digests::digests_watcher;
 use digests::followed_tags::FollowedTags;
 use digests::verified_digests::VerifiedDigests;

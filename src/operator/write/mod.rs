@@ -25,7 +25,7 @@ use futures::{FutureExt, StreamExt};
 use kube::Client;
 use kube::runtime::controller::Controller;
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::observe::progress::Progress;
@@ -398,7 +398,7 @@ pub async fn run(
             let vm = match &res {
                 Ok((vm, _)) => Some(NamespacedName::from(vm)),
                 Err(e) => {
-                    tracing::debug!(error = %crate::excerpt::excerpt(&e.to_string()), "reconcile");
+                    tracing::debug!(error = %crate::core::excerpt::excerpt(&e.to_string()), "reconcile");
                     None
                 }
             };

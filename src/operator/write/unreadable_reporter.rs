@@ -42,14 +42,14 @@ pub async fn report(
             kind = %u.kind,
             namespace = ?meta.namespace,
             name = ?meta.name,
-            error = %crate::excerpt::excerpt(&u.object.error),
+            error = %crate::core::excerpt::excerpt(&u.object.error),
             "cannot read object; skipped until it is fixed"
         );
         metrics.invalid_object();
         let message = format!(
             "imagemap cannot read this {}: {}; it is ignored until it is fixed",
             u.kind,
-            crate::excerpt::excerpt(&u.object.error)
+            crate::core::excerpt::excerpt(&u.object.error)
         );
         recorder.warn(regarding(&u), INVALID_OBJECT, message).await;
     }

@@ -3,8 +3,8 @@
 use kube::runtime::reflector::store::Writer;
 
 use super::*;
-use crate::fixtures::repository_mapping;
-use crate::rules::CompileOptions;
+use crate::core::fixtures::repository_mapping;
+use crate::core::rules::CompileOptions;
 
 fn admitter() -> Admitter {
     let rules = Arc::new(RulesInForce::default());
@@ -119,7 +119,7 @@ fn what_is_not_an_admission_review_is_refused() {
 #[test]
 fn an_admitter_from_mappings_answers_from_their_rules_and_the_namespaces_labels() {
     let mut admin = repository_mapping("admin", "busybox", "mirror.io/busybox", false);
-    admin.scope = crate::rules::Scope::Cluster;
+    admin.scope = crate::core::rules::Scope::Cluster;
     admin.namespace = None;
     admin.namespace_selector =
         Some(serde_json::from_value(json!({"matchLabels": {"team": "a"}})).unwrap());

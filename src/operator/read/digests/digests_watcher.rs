@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
-use crate::excerpt::excerpt;
-use crate::namespaced_name::NamespacedName;
+use crate::core::excerpt::excerpt;
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::read::digests::verified_digests::{DATA_KEY, VerifiedDigests, decode};
 use crate::operator::read::watches::listed::Listed;
 use crate::operator::read::watches::watch_backoff::WatchBackoff;

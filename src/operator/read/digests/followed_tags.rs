@@ -13,11 +13,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 use tokio::sync::Notify;
 
+use crate::core::rules::{MappingKey, MatchKind, RuleRef, Scope};
 use crate::registry::RegistryError;
-use crate::rules::{MappingKey, MatchKind, RuleRef, Scope};
 
 /// Whose rule follows a tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

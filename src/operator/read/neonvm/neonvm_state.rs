@@ -1,4 +1,4 @@
-//! What a replica knows of NeonVM: its VMs (`crate::neonvm::NeonVm`), each runner pod's
+//! What a replica knows of NeonVM: its VMs (`crate::core::neonvm::NeonVm`), each runner pod's
 //! images by slot, and the migrations not yet over. Empty while NeonVM's CRDs do not exist.
 //! Whoever acts on a change waits on [`NeonVmState::changed`].
 
@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use crate::namespaced_name::NamespacedName;
-use crate::neonvm::NeonVm;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::neonvm::NeonVm;
 
 /// A runner pod (or a migration's target pod) of a NeonVM VM.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::excerpt::excerpt;
-use crate::neonvm::{self, NeonVm};
+use crate::core::excerpt::excerpt;
+use crate::core::neonvm::{self, NeonVm};
 use crate::operator::read::neonvm::neonvm_state::{Kind, Migration, NeonVmState, RunnerPod};
 use crate::operator::read::watches::scoped_watches::{Relists, key_of, watches};
 use crate::operator::read::watches::watch_backoff::WatchBackoff;

@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 
-use crate::excerpt::excerpt;
-use crate::local_registry::{self, LocalRegistry};
+use crate::core::excerpt::excerpt;
+use crate::core::local_registry::{self, LocalRegistry};
 use crate::operator::read::watches::watch_backoff::WatchBackoff;
 
 /// One observation of the ConfigMap.

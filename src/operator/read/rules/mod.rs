@@ -1,7 +1,7 @@
 //! The rules in force: mapping, namespace and local registry events are compiled into the
 //! rule set every reader uses ([`rules_in_force`]), and what changed is told as
 //! [`rules_watcher::RulesChanged`] to whoever acts on it. Reads the caches (`watches`);
-//! calls the pure engine (`crate::rules`).
+//! calls the pure engine (`crate::core::rules`).
 
 pub mod local_registry_watcher;
 pub mod rules_in_force;

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::rules::{CompileOptions, MappingInput, RuleSet};
+use crate::core::rules::{CompileOptions, MappingInput, RuleSet};
 
 /// The rules in force. Readers get the whole rule set of one compilation.
 #[derive(Debug, Default)]
@@ -46,7 +46,7 @@ impl RulesInForce {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::repository_mapping;
+    use crate::core::fixtures::repository_mapping;
 
     #[test]
     fn recompiling_swaps_the_rules_and_returns_both() {

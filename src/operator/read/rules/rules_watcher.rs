@@ -10,7 +10,7 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::ResourceExt;
 
-use crate::local_registry;
+use crate::core::local_registry;
 use crate::operator::options::Options;
 use crate::operator::read::rules::local_registry_watcher::Observed;
 use crate::operator::read::rules::rules_in_force::{RuleChange, RulesInForce};

@@ -16,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::operator::observe::health::Health;
 use crate::operator::read::watches::cached_pod::CachedPod;
 use crate::operator::read::watches::listed::Listed;

@@ -17,8 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
 use serde::{Deserialize, Serialize};
 
+use crate::core::runner_pod::{IMAGES_HASH_ANNOTATION, RESTART_COUNT_ANNOTATION, VM_LABEL};
 use crate::operator::read::watches::interner::{Interner, Shareable};
-use crate::runner_pod::{IMAGES_HASH_ANNOTATION, RESTART_COUNT_ANNOTATION, VM_LABEL};
 
 /// A container's name and image.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,7 +35,7 @@ pub struct CachedPodSpec {
     pub init_containers: Vec<CachedContainer>,
     #[serde(default)]
     pub containers: Vec<CachedContainer>,
-    /// Whether a deletion waits for the kubelet (see [`crate::runner_pod::MIN_GRACE_SECONDS`]).
+    /// Whether a deletion waits for the kubelet (see [`crate::core::runner_pod::MIN_GRACE_SECONDS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
 }
@@ -290,8 +290,8 @@ impl CachedPod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ResolvedImage, VirtualMachine, VirtualMachineSpec};
-    use crate::runner_pod::{
+    use crate::core::api::{ResolvedImage, VirtualMachine, VirtualMachineSpec};
+    use crate::core::runner_pod::{
         self, pod_images, pod_images_hash, pod_phase, pod_restart_count, pod_starting,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};

@@ -8,14 +8,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use crate::namespaced_name::NamespacedName;
+use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::rules::{MappingInput, Scope};
+use crate::core::vm_images::{self, VmView};
 use crate::operator::options::Options;
 use crate::operator::read::watches::cached_pod::CachedPod;
 use crate::operator::read::watches::listed::CachesListed;
 use crate::operator::read::watches::pod_index::PodIndex;
-use crate::rules::{MappingInput, Scope};
-use crate::vm_images::{self, VmView};
 
 /// The reflector stores of the operator.
 #[derive(Clone)]

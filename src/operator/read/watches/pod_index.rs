@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 use smallvec::SmallVec;
 
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@ use std::sync::{Arc, LazyLock};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 
-use crate::api::{ClusterImageMapping, ImageMapping, ResolvedImage, VirtualMachine};
+use crate::core::api::{ClusterImageMapping, ImageMapping, ResolvedImage, VirtualMachine};
 use crate::operator::read::watches::cached_pod::CachedPod;
 use crate::operator::read::watches::interner::{Interner, Shareable};
 

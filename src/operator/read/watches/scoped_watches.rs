@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 use kube::Api;
 use kube::runtime::watcher;
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 
 /// A watch event, with the namespace its watch covers (`None`: all).
 pub type Scoped<K> = (Option<String>, Result<watcher::Event<K>, watcher::Error>);

@@ -11,7 +11,7 @@ use kube::Resource;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::excerpt::excerpt;
+use crate::core::excerpt::excerpt;
 use crate::operator::read::watches::cache_events::{CacheEvent, ListScope};
 
 /// A mapping: its kind, namespace (none for a ClusterImageMapping) and name.
@@ -150,7 +150,7 @@ fn names(invalid: &InvalidObject) -> Option<(Option<String>, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ImageMapping;
+    use crate::core::api::ImageMapping;
     use kube::core::DeserializeGuard;
     use kube::runtime::reflector::store::Writer;
 

@@ -10,13 +10,17 @@ use kube::Client;
 use kube::ResourceExt;
 use kube::api::Api;
 
-use crate::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
-use crate::conditions;
-use crate::mapping_status::{self, MappingView, VmCount, VmTally};
-use crate::namespaced_name::NamespacedName;
-use crate::neonvm::reload::LIVE_RELOAD_LABEL;
-use crate::neonvm::slot_status::slot_statuses;
-use crate::neonvm::{self, RestartPolicy};
+use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use crate::core::conditions;
+use crate::core::mapping_status::{self, MappingView, VmCount, VmTally};
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::neonvm::reload::LIVE_RELOAD_LABEL;
+use crate::core::neonvm::slot_status::slot_statuses;
+use crate::core::neonvm::{self, RestartPolicy};
+use crate::core::rule_change;
+use crate::core::rules::{MappingKey, Mode, RuleSet, Scope};
+use crate::core::vm_images::{self, Resolutions, VmResolution, VmView};
+use crate::core::vm_plan;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::observe::progress::Progress;
 use crate::operator::options::Options;
@@ -27,10 +31,6 @@ use crate::operator::read::watches::caches::Caches;
 use crate::operator::write::mapping_statuses::pod_counts::PodCounts;
 use crate::operator::write::mapping_statuses::status_due::StatusDue;
 use crate::operator::write::writes::requests::{Written, apply_status};
-use crate::rule_change;
-use crate::rules::{MappingKey, Mode, RuleSet, Scope};
-use crate::vm_images::{self, Resolutions, VmResolution, VmView};
-use crate::vm_plan;
 
 /// How long a burst of VM reconciles is gathered into one status pass.
 const COALESCE: Duration = Duration::from_millis(200);
@@ -252,7 +252,7 @@ async fn write_statuses(ctx: &StatusWriter, counted: &mut Counted) -> usize {
             Ok(Written::Changed | Written::Unchanged | Written::Gone) => {}
             Err(e) => {
                 failed += 1;
-                tracing::warn!(mapping = %m.key, error = %crate::excerpt::excerpt(&e.to_string()), "writing mapping status");
+                tracing::warn!(mapping = %m.key, error = %crate::core::excerpt::excerpt(&e.to_string()), "writing mapping status");
             }
         }
     }

@@ -5,10 +5,10 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::mapping_status::{PodTally, ReloadCount};
-use crate::namespaced_name::NamespacedName;
+use crate::core::mapping_status::{PodTally, ReloadCount};
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::rules::RuleRef;
 use crate::operator::write::mapping_statuses::status_due::StatusDue;
-use crate::rules::RuleRef;
 
 /// The tally, and whom to tell.
 #[derive(Debug)]
@@ -72,7 +72,7 @@ impl PodCounts {
         namespace: Option<&str>,
         found: std::collections::HashMap<
             NamespacedName,
-            std::collections::BTreeSet<crate::rules::MappingKey>,
+            std::collections::BTreeSet<crate::core::rules::MappingKey>,
         >,
     ) {
         if self.lock().set_scanned(namespace, found) {

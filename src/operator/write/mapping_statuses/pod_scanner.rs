@@ -18,19 +18,19 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
 
-use crate::admission::records::{LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
-use crate::admission::scope::Excluded;
-use crate::excerpt::excerpt;
-use crate::namespaced_name::NamespacedName;
+use crate::core::admission::records::{LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
+use crate::core::admission::scope::Excluded;
+use crate::core::excerpt::excerpt;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::rules::reach::Reach;
+use crate::core::rules::{MappingKey, RuleSet};
+use crate::core::workload_reload::live_pod::LivePod;
 use crate::operator::read::digests::followed_tags::Followed;
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;
 use crate::operator::read::watches::listed::Listed;
 use crate::operator::write::mapping_statuses::pod_counts::PodCounts;
-use crate::rules::reach::Reach;
-use crate::rules::{MappingKey, RuleSet};
-use crate::workload_reload::live_pod::LivePod;
 
 /// Most pods a page of the LIST holds.
 pub const PAGE: u32 = 500;
@@ -59,8 +59,8 @@ pub struct PodScanner {
 pub fn selector() -> String {
     format!(
         "{MAPPED_LABEL}!={MAPPED},{LIVE_RELOAD_LABEL}!=true,!{},!{}",
-        crate::neonvm::VM_NAME_LABEL,
-        crate::runner_pod::VM_LABEL
+        crate::core::neonvm::VM_NAME_LABEL,
+        crate::core::runner_pod::VM_LABEL
     )
 }
 
@@ -73,7 +73,7 @@ impl PodScanner {
         }
         let live = LivePod::read(pod)?;
         let labels = self.caches.namespace_labels(&namespace);
-        let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
+        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
             self.digests.get(&Followed::of(reference, rule, ns))
         };
         let (_, mappings) = live.stale(rules, &namespace, &labels, &digest_of);

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 
 /// The VMs named since the last pass (each once: at most one entry per VM), and the wake-up.
 #[derive(Debug, Default)]

@@ -19,10 +19,10 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 
-use crate::admission::pod_mutation::admitted;
-use crate::namespaced_name::NamespacedName;
-use crate::neonvm::NeonVm;
-use crate::neonvm::reload::{self, Replaced, Verdict};
+use crate::core::admission::pod_mutation::admitted;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::neonvm::NeonVm;
+use crate::core::neonvm::reload::{self, Replaced, Verdict};
 use crate::operator::read::digests::followed_tags::{Followed, FollowedTags, Follower};
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
 use crate::operator::read::neonvm::neonvm_state::NeonVmState;
@@ -76,7 +76,7 @@ impl RunnerReloader {
         let rules = self.rules.current();
         let namespace_labels = self.caches.namespace_labels(&vm.namespace);
         let who = vm.requester(&namespace_labels);
-        let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
+        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
             self.digests.get(&Followed::of(reference, rule, ns))
         };
         let mut images = BTreeMap::new();
@@ -173,7 +173,7 @@ impl RunnerReloader {
             Ok(_) => true,
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => false,
             Err(e) => {
-                tracing::warn!(pod = %name, error = %crate::excerpt::excerpt(&e.to_string()), "could not delete a runner pod for live reload");
+                tracing::warn!(pod = %name, error = %crate::core::excerpt::excerpt(&e.to_string()), "could not delete a runner pod for live reload");
                 false
             }
         }
@@ -183,7 +183,7 @@ impl RunnerReloader {
 /// The NeonVM VM, for an Event.
 fn regarding(vm: &NeonVm) -> ObjectReference {
     ObjectReference {
-        api_version: Some(format!("{}/v1", crate::neonvm::GROUP)),
+        api_version: Some(format!("{}/v1", crate::core::neonvm::GROUP)),
         kind: Some("VirtualMachine".into()),
         namespace: Some(vm.namespace.clone()),
         name: Some(vm.name.clone()),

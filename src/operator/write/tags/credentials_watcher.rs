@@ -58,7 +58,7 @@ pub async fn run(ctx: CredentialsWatcher, secret: SecretName) {
                 if ctx.registries.source() == CredentialSource::Pending(secret.to_string()) {
                     let why = format!(
                         "the operator cannot read it: {}",
-                        crate::excerpt::excerpt(&e.to_string())
+                        crate::core::excerpt::excerpt(&e.to_string())
                     );
                     put_in_force(&ctx, &secret, None, read_failed(&secret, why)).await;
                 }

@@ -12,8 +12,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::excerpt::excerpt;
-use crate::namespaced_name::NamespacedName;
+use crate::core::excerpt::excerpt;
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::read::digests::followed_tags::FollowedTags;
 use crate::operator::read::digests::verified_digests::{DATA_KEY, VerifiedDigests, encode};
 use crate::operator::write::writes::requests::FIELD_MANAGER;

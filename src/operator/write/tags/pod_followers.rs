@@ -18,10 +18,10 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
-use crate::admission::pod_follows::pod_follows;
-use crate::admission::records::{self, MAPPED, MAPPED_LABEL};
-use crate::excerpt::excerpt;
-use crate::namespaced_name::NamespacedName;
+use crate::core::admission::pod_follows::pod_follows;
+use crate::core::admission::records::{self, MAPPED, MAPPED_LABEL};
+use crate::core::excerpt::excerpt;
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::read::digests::followed_tags::{Followed, FollowedTags, Follower};
 use crate::operator::read::rules::rules_in_force::RulesInForce;
 use crate::operator::read::watches::caches::Caches;

@@ -127,7 +127,7 @@ async fn handle(req: Request<Incoming>, token: &str, running: &Running) -> Respo
     };
     let tags = match pushed_tags(&body.to_bytes()) {
         Ok(tags) => tags,
-        Err(e) => return text(StatusCode::BAD_REQUEST, crate::excerpt::excerpt(&e)),
+        Err(e) => return text(StatusCode::BAD_REQUEST, crate::core::excerpt::excerpt(&e)),
     };
     let now = Instant::now();
     // A push to the cluster's local registry by any of its names is one to its own name.

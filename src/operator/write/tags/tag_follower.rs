@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::core::reference::domain_of_normalized;
 use crate::operator::jitter::jittered;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::read::digests::followed_tags::{Followed, FollowedBy, FollowedTags};
 use crate::operator::write::vms::trigger::Trigger;
-use crate::reference::domain_of_normalized;
 use crate::registry::{Cause, Credentials, Registries, RegistryError};
 
 /// Most checks under way at one registry, per follower.

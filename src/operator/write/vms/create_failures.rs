@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 
-use crate::api::VirtualMachine;
-use crate::vm_plan::CreateFailure;
+use crate::core::api::VirtualMachine;
+use crate::core::vm_plan::CreateFailure;
 
 /// The wait after the first refusal.
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -98,7 +98,7 @@ mod tests {
     use super::*;
 
     fn vm(generation: i64) -> VirtualMachine {
-        let mut vm = VirtualMachine::new("vm", crate::api::VirtualMachineSpec::default());
+        let mut vm = VirtualMachine::new("vm", crate::core::api::VirtualMachineSpec::default());
         vm.metadata.namespace = Some("dev".into());
         vm.metadata.generation = Some(generation);
         vm

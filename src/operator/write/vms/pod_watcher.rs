@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::{Api, Client};
 
-use crate::api::GROUP;
-use crate::namespaced_name::NamespacedName;
+use crate::core::api::GROUP;
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::read::watches::cache_events::CacheEvent;
 use crate::operator::read::watches::cached_pod::CachedPod;
 use crate::operator::read::watches::pod_index::PodIndex;

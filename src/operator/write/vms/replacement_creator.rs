@@ -12,13 +12,13 @@ use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
-use crate::api::VirtualMachine;
-use crate::namespaced_name::NamespacedName;
+use crate::core::api::VirtualMachine;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::runner_pod;
 use crate::operator::write::vms::replacements::Replacement;
 use crate::operator::write::vms::trigger::Trigger;
 use crate::operator::write::vms::vm_memory::VmMemory;
 use crate::operator::write::writes::requests::create_pod;
-use crate::runner_pod;
 
 /// What the creator builds replacements from, creates them through and remembers.
 pub struct ReplacementCreator {
@@ -68,7 +68,7 @@ async fn create(ctx: &ReplacementCreator, vm: &NamespacedName, pod: &Pod) {
         }
         Err(e) => {
             // The reconcile that follows plans the pod again (and reports a refusal).
-            tracing::info!(%vm, pod = %pod.name_any(), error = %crate::excerpt::excerpt(&e.to_string()), "creating a replacement pod");
+            tracing::info!(%vm, pod = %pod.name_any(), error = %crate::core::excerpt::excerpt(&e.to_string()), "creating a replacement pod");
         }
     }
     ctx.memory.replacements.done(vm);

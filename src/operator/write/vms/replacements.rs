@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 
-use crate::api::ResolvedImage;
+use crate::core::api::ResolvedImage;
 
 /// A replacement pod, as little as builds it again from its VM: its name, the images and
 /// the restart count it runs (a whole pod per VM of a fan-out would take megabytes).

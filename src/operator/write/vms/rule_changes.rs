@@ -10,7 +10,8 @@ use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use kube::ResourceExt;
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::rule_change;
 use crate::operator::options::Options;
 use crate::operator::read::digests::followed_tags::FollowedTags;
 use crate::operator::read::rules::rules_in_force::RuleChange;
@@ -19,7 +20,6 @@ use crate::operator::read::watches::caches::Caches;
 use crate::operator::write::mapping_statuses::status_due::StatusDue;
 use crate::operator::write::vms::trigger::Trigger;
 use crate::operator::write::writes::events::EventRecorder;
-use crate::rule_change;
 
 /// The reason of the Warning Event on a local registry ConfigMap that cannot be used.
 const LOCAL_REGISTRY_UNUSABLE: &str = "LocalRegistryUnusable";

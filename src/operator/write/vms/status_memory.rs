@@ -6,9 +6,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 
-use crate::api::{VirtualMachine, VirtualMachineStatus};
+use crate::core::api::{VirtualMachine, VirtualMachineStatus};
 
 /// A status written over the VM version `over`.
 #[derive(Debug)]
@@ -70,8 +70,8 @@ impl StatusMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::VmPhase;
-    use crate::fixtures::vm_with_disk;
+    use crate::core::api::VmPhase;
+    use crate::core::fixtures::vm_with_disk;
 
     #[test]
     fn a_written_status_stands_until_the_cache_moves_past_it() {

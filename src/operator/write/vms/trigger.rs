@@ -6,8 +6,8 @@ use std::sync::Arc;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use kube::runtime::reflector::ObjectRef;
 
-use crate::api::VirtualMachine;
-use crate::namespaced_name::NamespacedName;
+use crate::core::api::VirtualMachine;
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::observe::health::Health;
 
 /// Sends VMs to the controller's queue, telling the liveness probe that work is waiting.

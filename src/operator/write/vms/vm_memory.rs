@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::namespaced_name::NamespacedName;
+use crate::core::namespaced_name::NamespacedName;
 
 use super::create_failures::CreateFailures;
 use super::pod_expectations::PodExpectations;
@@ -43,8 +43,8 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::api::VirtualMachine;
-    use crate::api::{VirtualMachineSpec, VirtualMachineStatus};
+    use crate::core::api::VirtualMachine;
+    use crate::core::api::{VirtualMachineSpec, VirtualMachineStatus};
 
     #[test]
     fn forgetting_a_vm_forgets_all_it_left() {

@@ -8,9 +8,12 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 
-use crate::api::{VirtualMachine, VirtualMachineStatus};
-use crate::conditions;
-use crate::namespaced_name::NamespacedName;
+use crate::core::api::{VirtualMachine, VirtualMachineStatus};
+use crate::core::conditions;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::rules::Mode;
+use crate::core::vm_images;
+use crate::core::vm_plan::{self, Observation, Plan, PodAction};
 use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::options::Options;
@@ -26,9 +29,6 @@ use crate::operator::write::writes::events::EventRecorder;
 use crate::operator::write::writes::requests::{
     PodDeletion, Written, apply_status, create_pod, delete_pod, relabel_pod,
 };
-use crate::rules::Mode;
-use crate::vm_images;
-use crate::vm_plan::{self, Observation, Plan, PodAction};
 
 /// A reconcile that could not finish; retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -183,7 +183,7 @@ async fn look_up_named_pod(
         return Ok(None);
     };
     // Labelled already: the cache is behind, and shows it soon.
-    if pod.labels().get(crate::runner_pod::VM_LABEL) == Some(&vm.name_any()) {
+    if pod.labels().get(crate::core::runner_pod::VM_LABEL) == Some(&vm.name_any()) {
         return Ok(Some(Action::requeue(WAITING_RECHECK)));
     }
     let uid = pod.uid().unwrap_or_default();
@@ -208,7 +208,7 @@ async fn look_up_named_pod(
 fn refusal(error: &kube::Error) -> Option<String> {
     match error {
         kube::Error::Api(s) if (400..500).contains(&s.code) && !matches!(s.code, 409 | 429) => {
-            Some(crate::excerpt::excerpt(&s.message))
+            Some(crate::core::excerpt::excerpt(&s.message))
         }
         _ => None,
     }
@@ -415,7 +415,7 @@ pub fn error_policy(
     _ctx: Arc<Reconciler>,
 ) -> Action {
     let error_category = error.category();
-    let error = crate::excerpt::excerpt(&error.to_string());
+    let error = crate::core::excerpt::excerpt(&error.to_string());
     tracing::warn!(vm = %NamespacedName::of(vm.as_ref()), category = error_category, %error, "reconcile failed");
     Action::requeue(ERROR_BACKOFF)
 }

@@ -17,12 +17,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::excerpt::excerpt;
+use crate::core::excerpt::excerpt;
+use crate::core::webhook_certificate::hosts::hosts;
+use crate::core::webhook_certificate::plan::{self, Lifetimes, Next, Stored, Write};
+use crate::core::webhook_certificate::{CA_BUNDLE, CA_KEY, CERT, KEY};
 use crate::operator::options::SecretName;
 use crate::operator::read::watches::watch_backoff::WatchBackoff;
-use crate::webhook_certificate::hosts::hosts;
-use crate::webhook_certificate::plan::{self, Lifetimes, Next, Stored, Write};
-use crate::webhook_certificate::{CA_BUNDLE, CA_KEY, CERT, KEY};
 
 /// The field manager of the Secret's data.
 const SECRET_MANAGER: &str = "imagemap.dev/webhook-certificate";

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, EvictParams, Preconditions};
 use kube::{Api, Client};
 
-use crate::excerpt::excerpt;
+use crate::core::excerpt::excerpt;
 
 /// How long an eviction may take.
 const TIMEOUT: Duration = Duration::from_secs(10);

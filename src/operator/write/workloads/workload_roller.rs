@@ -20,9 +20,15 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::excerpt::excerpt;
-use crate::mapping_status::ReloadCount;
-use crate::namespaced_name::NamespacedName;
+use crate::core::excerpt::excerpt;
+use crate::core::mapping_status::ReloadCount;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::rules::{MappingKey, RuleSet};
+use crate::core::vm_plan::VmEvent;
+use crate::core::workload_reload::live_pod::{LivePod, UNMAPPED_REPLACEMENT_ANNOTATION};
+use crate::core::workload_reload::roll::{self, RollMemory, RollPod, Step, Wait};
+use crate::core::workload_reload::workload_status::WorkloadStatus;
+use crate::core::workload_reload::{Change, PodOwner, WorkloadKey, WorkloadKind};
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::read::digests::followed_tags::Followed;
 use crate::operator::read::digests::verified_digests::VerifiedDigests;
@@ -35,12 +41,6 @@ use crate::operator::write::workloads::eviction::{Eviction, evict};
 use crate::operator::write::workloads::workload_state::WorkloadState;
 use crate::operator::write::writes::events::EventRecorder;
 use crate::operator::write::writes::requests::patch_pod_metadata;
-use crate::rules::{MappingKey, RuleSet};
-use crate::vm_plan::VmEvent;
-use crate::workload_reload::live_pod::{LivePod, UNMAPPED_REPLACEMENT_ANNOTATION};
-use crate::workload_reload::roll::{self, RollMemory, RollPod, Step, Wait};
-use crate::workload_reload::workload_status::WorkloadStatus;
-use crate::workload_reload::{Change, PodOwner, WorkloadKey, WorkloadKind};
 
 /// How often everything is looked at again while a roll waits (a replacement's
 /// `minReadySeconds` passing, a backoff ending), and when nothing waits.
@@ -92,7 +92,7 @@ impl WorkloadRoller {
         told: &mut HashMap<String, (&'static str, String)>,
         counted: &mut Vec<(NamespacedName, ReloadCount)>,
     ) -> BTreeMap<WorkloadKey, Group> {
-        let digest_of = |reference: &str, rule: Option<&crate::rules::RuleRef>, ns: &str| {
+        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
             self.digests.get(&Followed::of(reference, rule, ns))
         };
         let mut groups: BTreeMap<WorkloadKey, Group> = BTreeMap::new();

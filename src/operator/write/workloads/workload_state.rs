@@ -8,10 +8,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
 
-use crate::namespaced_name::NamespacedName;
-use crate::workload_reload::WorkloadKind;
-use crate::workload_reload::live_pod::LivePod;
-use crate::workload_reload::workload_status::WorkloadStatus;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::workload_reload::WorkloadKind;
+use crate::core::workload_reload::live_pod::LivePod;
+use crate::core::workload_reload::workload_status::WorkloadStatus;
 
 /// The workloads' statuses, by kind and name.
 type Workloads = HashMap<(WorkloadKind, NamespacedName), WorkloadStatus>;

@@ -13,18 +13,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
-use crate::admission::records::LIVE_RELOAD_LABEL;
-use crate::excerpt::excerpt;
-use crate::namespaced_name::NamespacedName;
+use crate::core::admission::records::LIVE_RELOAD_LABEL;
+use crate::core::excerpt::excerpt;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::workload_reload::WorkloadKind;
+use crate::core::workload_reload::live_pod::LivePod;
+use crate::core::workload_reload::workload_status::{
+    WorkloadStatus, of_daemon_set, of_deployment, of_replica_set, of_stateful_set,
+};
 use crate::operator::read::watches::listed::Listed;
 use crate::operator::read::watches::scoped_watches::{Relists, Scoped, key_of, map_event, watches};
 use crate::operator::read::watches::watch_backoff::WatchBackoff;
 use crate::operator::write::workloads::workload_state::WorkloadState;
-use crate::workload_reload::WorkloadKind;
-use crate::workload_reload::live_pod::LivePod;
-use crate::workload_reload::workload_status::{
-    WorkloadStatus, of_daemon_set, of_deployment, of_replica_set, of_stateful_set,
-};
 
 /// What the watcher reads through, and where it keeps what it read.
 pub struct WorkloadWatcher {

@@ -18,9 +18,9 @@ use kube::api::{Api, PostParams};
 use kube::{Client, Resource};
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use crate::api::VirtualMachine;
-use crate::excerpt::cut_bytes;
-use crate::vm_plan::VmEvent;
+use crate::core::api::VirtualMachine;
+use crate::core::excerpt::cut_bytes;
+use crate::core::vm_plan::VmEvent;
 
 /// The API server refuses Event notes over 1 KiB.
 const NOTE_LIMIT: usize = 1024;

@@ -80,7 +80,7 @@ pub async fn relabel_pod(
         api,
         name,
         uid,
-        &json!({"labels": {crate::runner_pod::VM_LABEL: vm}}),
+        &json!({"labels": {crate::core::runner_pod::VM_LABEL: vm}}),
     )
     .await
 }

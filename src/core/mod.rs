@@ -1,0 +1,28 @@
+//! The pure engine: parsing, matching, pod building and status computation. Nothing here
+//! talks to the API server, a registry or the file system; the edges (`operator`, `cli`,
+//! `registry`) call it with plain values, and it is unit-tested with them.
+
+pub mod admission;
+pub mod allowed_registries;
+pub mod api;
+pub mod conditions;
+pub mod crds;
+pub mod excerpt;
+#[cfg(test)]
+pub(crate) mod fixtures;
+pub mod local_registry;
+pub mod manifests;
+pub mod mapping_status;
+pub mod namespaced_name;
+pub mod neonvm;
+pub mod pod_template;
+pub mod preview;
+pub mod reference;
+pub mod rule_change;
+pub mod rules;
+pub mod runner_pod;
+pub mod vm_images;
+pub mod vm_plan;
+pub mod webhook_certificate;
+pub mod workload_preview;
+pub mod workload_reload;
