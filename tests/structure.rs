@@ -1,7 +1,16 @@
-//! The source tree keeps the shape the README's Architecture describes: files stay small
-//! enough to read; the operator's rooms import each other directly, never through the
-//! wiring (`operator/mod.rs`, and each side's `mod.rs`), never in a circle, and never
-//! through a hub that gathers the parts of many rooms.
+//! The source tree keeps the shape the architecture chapter describes, across the whole
+//! crate:
+//!
+//! - files stay small enough to read;
+//! - no import circle anywhere: between files, and between the modules of one folder;
+//! - the pure core (`src/core/`) imports no module of the edges and does no I/O;
+//! - the operator's rooms never import its wiring, nor a hub that gathers many rooms;
+//! - a leader room imports the replica side, the watch toolkit and the writes, never another
+//!   leader room, unless the edge is named in [`LEADER_EDGES`] with its reason;
+//! - a name says one thing: no two files, folders or public types share a name.
+//!
+//! Each check is a function of the source text, and each is shown failing on an edge or a
+//! name planted in a copy of the tree.
 
 #![allow(clippy::unwrap_used)] // test code
 
@@ -9,6 +18,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const LIMIT: usize = 500;
+
+/// The crate's source: each file by its path below `src/` (`core/rules/index.rs`), as code
+/// without comments (doc links are not imports) and without unit tests.
+#[derive(Clone)]
+struct Tree {
+    files: BTreeMap<String, String>,
+}
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -28,6 +44,252 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// `text` without line comments, and without what follows its first `#[cfg(test)]`.
+fn code_of(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Tree {
+    fn read() -> Tree {
+        let root = src();
+        let files = rust_files(&root)
+            .into_iter()
+            .map(|path| {
+                let name = path.strip_prefix(&root).unwrap().display().to_string();
+                (name, code_of(&std::fs::read_to_string(&path).unwrap()))
+            })
+            .collect();
+        Tree { files }
+    }
+
+    /// This tree with `line` added to `file`: an edge or a name planted.
+    fn planted(&self, file: &str, line: &str) -> Tree {
+        let mut tree = self.clone();
+        let code = tree.files.entry(file.to_string()).or_default();
+        code.push('\n');
+        code.push_str(line);
+        tree
+    }
+
+    /// The file of module `path` (`["core", "rules"]` → `core/rules/mod.rs`).
+    fn module_file(&self, path: &[&str]) -> Option<String> {
+        if path.is_empty() {
+            return Some("lib.rs".into());
+        }
+        let joined = path.join("/");
+        [format!("{joined}.rs"), format!("{joined}/mod.rs")]
+            .into_iter()
+            .find(|f| self.files.contains_key(f))
+    }
+
+    /// The module files `file` names (by `crate::`, `super::`, `self::`, or a child module
+    /// it declares), each path cut after its last segment that is a module of the tree.
+    fn imports(&self, file: &str) -> BTreeSet<String> {
+        let text = &self.files[file];
+        let module = module_of(file);
+        let own = |s: &str| s.to_string();
+        let mut paths: Vec<Vec<String>> = Vec::new();
+        for path in paths_in(text) {
+            let segments: Vec<&str> = path.split("::").collect();
+            let full: Option<Vec<String>> = match segments[0] {
+                "crate" => Some(segments[1..].iter().map(|s| own(s)).collect()),
+                // The binary names the library by its name.
+                "imagemap" if file == "main.rs" => {
+                    Some(segments[1..].iter().map(|s| own(s)).collect())
+                }
+                "self" => Some(
+                    module
+                        .iter()
+                        .map(|s| own(s))
+                        .chain(segments[1..].iter().map(|s| own(s)))
+                        .collect(),
+                ),
+                "super" => {
+                    let ups = segments.iter().take_while(|s| **s == "super").count();
+                    (ups <= module.len()).then(|| {
+                        module[..module.len() - ups]
+                            .iter()
+                            .map(|s| own(s))
+                            .chain(segments[ups..].iter().map(|s| own(s)))
+                            .collect()
+                    })
+                }
+                first => {
+                    // `use child::…` names a module of this one.
+                    let mut child: Vec<&str> = module.clone();
+                    child.push(first);
+                    (segments.len() > 1 && self.module_file(&child).is_some()).then(|| {
+                        module
+                            .iter()
+                            .map(|s| own(s))
+                            .chain(segments.iter().map(|s| own(s)))
+                            .collect()
+                    })
+                }
+            };
+            paths.extend(full);
+        }
+        let mut out = BTreeSet::new();
+        for path in paths {
+            let segments: Vec<&str> = path
+                .iter()
+                .map(String::as_str)
+                .filter(|s| !s.is_empty())
+                .collect();
+            let found = (1..=segments.len())
+                .rev()
+                .find_map(|n| self.module_file(&segments[..n]));
+            if let Some(found) = found.filter(|f| f != file && f != "lib.rs") {
+                out.insert(found);
+            }
+        }
+        out
+    }
+
+    fn graph(&self) -> BTreeMap<String, BTreeSet<String>> {
+        self.files
+            .keys()
+            .map(|f| (f.clone(), self.imports(f)))
+            .collect()
+    }
+}
+
+/// The module path of `file` (`core/rules/index.rs` → `["core", "rules", "index"]`).
+fn module_of(file: &str) -> Vec<&str> {
+    let mut path: Vec<&str> = file.trim_end_matches(".rs").split('/').collect();
+    if matches!(path.last(), Some(&"mod" | &"lib" | &"main")) {
+        path.pop();
+    }
+    path
+}
+
+/// Every `::`-joined path in `text` (`use` trees expanded: `a::{b, c::d}` is `a::b` and
+/// `a::c::d`), whatever its first segment.
+fn paths_in(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        if !is_ident(bytes[i]) || (i > 0 && (is_ident(bytes[i - 1]) || bytes[i - 1] == b':')) {
+            i += 1;
+            continue;
+        }
+        let (paths, end) = path_tree(text, i);
+        out.extend(paths.into_iter().filter(|p| p.contains("::")));
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// The paths of the path or `use` tree starting at `start`, and where it ends.
+fn path_tree(text: &str, start: usize) -> (Vec<String>, usize) {
+    let bytes = text.as_bytes();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = start;
+    let mut prefix = String::new();
+    loop {
+        let from = i;
+        while i < bytes.len() && is_ident(bytes[i]) {
+            i += 1;
+        }
+        prefix.push_str(&text[from..i]);
+        if !text[i..].starts_with("::") {
+            return (vec![prefix], i);
+        }
+        i += 2;
+        if text[i..].starts_with('{') {
+            i += 1;
+            let mut paths = Vec::new();
+            loop {
+                while i < bytes.len() && (bytes[i].is_ascii_whitespace() || bytes[i] == b',') {
+                    i += 1;
+                }
+                if i >= bytes.len() || bytes[i] == b'}' {
+                    return (paths, i + 1);
+                }
+                if is_ident(bytes[i]) {
+                    let (inner, end) = path_tree(text, i);
+                    paths.extend(inner.into_iter().map(|p| {
+                        if p == "self" {
+                            prefix.clone()
+                        } else {
+                            format!("{prefix}::{p}")
+                        }
+                    }));
+                    i = end;
+                } else {
+                    // `*`, `as` renames and the like: skipped to the next item.
+                    while i < bytes.len() && bytes[i] != b',' && bytes[i] != b'}' {
+                        i += 1;
+                    }
+                }
+            }
+        }
+        if i >= bytes.len() || !is_ident(bytes[i]) {
+            return (vec![prefix], i);
+        }
+        prefix.push_str("::");
+    }
+}
+
+/// Depth-first from `node`: a node met again while it is on the path closes a circle.
+fn visit<'a>(
+    node: &'a str,
+    graph: &'a BTreeMap<String, BTreeSet<String>>,
+    path: &mut Vec<&'a str>,
+    done: &mut BTreeSet<&'a str>,
+    circles: &mut Vec<String>,
+) {
+    if let Some(i) = path.iter().position(|f| *f == node) {
+        circles.push(format!("{} → {node}", path[i..].join(" → ")));
+        return;
+    }
+    if !done.insert(node) {
+        return;
+    }
+    path.push(node);
+    for next in graph.get(node).into_iter().flatten() {
+        visit(next, graph, path, done, circles);
+    }
+    path.pop();
+}
+
+fn circles_of(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let (mut done, mut circles) = (BTreeSet::new(), Vec::new());
+    for node in graph.keys() {
+        visit(node, graph, &mut Vec::new(), &mut done, &mut circles);
+    }
+    circles
+}
+
+/// The circles among files, and among the modules of each folder: an import from
+/// `core/admission/pod_mutation.rs` of `core/neonvm.rs` is an edge from `core::admission`
+/// to `core::neonvm`, the two modules below their common parent.
+fn circles(tree: &Tree) -> Vec<String> {
+    let files = tree.graph();
+    let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, imported) in &files {
+        for other in imported {
+            let (a, b) = (module_of(file), module_of(other));
+            let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            if common < a.len() && common < b.len() {
+                modules
+                    .entry(a[..=common].join("::"))
+                    .or_default()
+                    .insert(b[..=common].join("::"));
+            }
+        }
+    }
+    let mut out = circles_of(&files);
+    out.extend(circles_of(&modules));
+    out
+}
+
 #[test]
 fn no_source_file_but_tests_is_over_500_lines() {
     let long: Vec<String> = rust_files(&src())
@@ -41,115 +303,161 @@ fn no_source_file_but_tests_is_over_500_lines() {
     assert!(long.is_empty(), "over {LIMIT} lines: {long:?}");
 }
 
-/// The operator's source files, by their path below `operator/` ("read/mod.rs"), each
-/// with its code less comments (doc links are not imports) and unit tests.
-fn operator_files() -> BTreeMap<String, String> {
-    let operator = src().join("operator");
-    rust_files(&operator)
-        .into_iter()
-        .map(|path| {
-            let name = path.strip_prefix(&operator).unwrap().display().to_string();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
-            let code: Vec<&str> = text
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .collect();
-            (name, code.join("\n"))
-        })
-        .collect()
+#[test]
+fn no_import_circle_anywhere() {
+    let tree = Tree::read();
+    let graph = tree.graph();
+    // The parser sees the edges it must.
+    assert!(
+        graph["operator/mod.rs"].contains("operator/election/mod.rs"),
+        "{:?}",
+        graph["operator/mod.rs"]
+    );
+    assert!(
+        graph["main.rs"].contains("cli/mod.rs"),
+        "{:?}",
+        graph["main.rs"]
+    );
+    let found = circles(&tree);
+    assert!(found.is_empty(), "imports in a circle: {found:#?}");
 }
 
-/// The files that wire rooms together: the operator's, and each side's.
-const WIRING: [&str; 4] = ["mod.rs", "admission/mod.rs", "read/mod.rs", "write/mod.rs"];
-
-/// The file of module `path` (`["read", "watches"]` → `read/watches/mod.rs`).
-fn module_file(files: &BTreeMap<String, String>, path: &[&str]) -> Option<String> {
-    let joined = path.join("/");
-    [format!("{joined}.rs"), format!("{joined}/mod.rs")]
-        .into_iter()
-        .find(|f| files.contains_key(f))
+#[test]
+fn a_planted_circle_is_found() {
+    let tree = Tree::read();
+    // Between modules of one folder: the rules importing the admission of pods.
+    let planted = tree.planted(
+        "core/rules/mod.rs",
+        "use crate::core::admission::pod_mutation::decide;",
+    );
+    let found = circles(&planted);
+    assert!(
+        found.iter().any(|c| c.contains("core::rules")),
+        "{found:#?}"
+    );
+    // Between two files of one folder.
+    let planted = tree.planted("core/reference/mod.rs", "use crate::core::rules::RuleSet;");
+    let found = circles(&planted);
+    assert!(
+        found.iter().any(|c| c.contains("core::reference")),
+        "{found:#?}"
+    );
 }
 
-/// The module path of `file` (`write/vms/trigger.rs` → `["write", "vms", "trigger"]`).
-fn module_of(file: &str) -> Vec<&str> {
-    let mut path: Vec<&str> = file.trim_end_matches(".rs").split('/').collect();
-    if path.last() == Some(&"mod") {
-        path.pop();
-    }
-    path
-}
+/// The edges of the crate: the modules the pure core may never name, and the library
+/// paths that do I/O.
+const EDGES: [&str; 4] = ["operator", "cli", "registry", "api_requests"];
+const IO: [&str; 14] = [
+    "std::fs",
+    "std::env",
+    "std::net::TcpStream",
+    "std::net::TcpListener",
+    "std::net::UdpSocket",
+    "std::process",
+    "tokio",
+    "reqwest",
+    "hyper",
+    "kube::Api",
+    "kube::Client",
+    "kube::api::Api",
+    "kube::runtime::watcher",
+    "kube::runtime::controller",
+];
 
-/// The paths `file` names below `crate::operator::`, as module paths from `operator/`
-/// (`super::` resolved), each cut after its last segment that is a module of the tree.
-fn imports(files: &BTreeMap<String, String>, file: &str) -> BTreeSet<String> {
-    let text = &files[file];
-    let module = module_of(file);
-    let mut paths: Vec<Vec<String>> = after_path(text, "crate::operator::")
-        .into_iter()
-        .map(|p| p.split("::").map(String::from).collect())
-        .collect();
-    // `use child::…` names a module of this one.
-    for p in after_path(text, "use ") {
-        let first = p.split("::").next().unwrap_or_default();
-        let mut child = module.clone();
-        child.push(first);
-        if p.contains("::") && module_file(files, &child).is_some() {
-            let mut full: Vec<String> = module.iter().map(|s| (*s).to_string()).collect();
-            full.extend(p.split("::").map(String::from));
-            paths.push(full);
+/// What the core imports from the edges, and the I/O it names.
+fn core_reaches_out(tree: &Tree) -> Vec<String> {
+    let mut out = Vec::new();
+    for (file, code) in tree.files.iter().filter(|(f, _)| f.starts_with("core/")) {
+        for imported in tree.imports(file) {
+            if EDGES
+                .iter()
+                .any(|e| module_of(&imported).first() == Some(e))
+            {
+                out.push(format!("{file} → {imported}"));
+            }
         }
-    }
-    for p in after_path(text, "super::") {
-        if module.is_empty() {
-            continue;
-        }
-        let mut full: Vec<String> = module[..module.len() - 1]
-            .iter()
-            .map(|s| (*s).to_string())
-            .collect();
-        full.extend(p.split("::").map(String::from));
-        paths.push(full);
-    }
-    let mut out = BTreeSet::new();
-    for path in paths
-        .into_iter()
-        .filter(|p| p.iter().all(|s| !s.is_empty()))
-    {
-        let segments: Vec<&str> = path.iter().map(String::as_str).collect();
-        let found = (1..=segments.len())
-            .rev()
-            .find_map(|n| module_file(files, &segments[..n]))
-            .unwrap_or_else(|| "mod.rs".to_string());
-        if found != file {
-            out.insert(found);
+        for path in paths_in(code) {
+            let io = IO.iter().find(|io| {
+                path.strip_prefix(**io)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+            });
+            if let Some(io) = io {
+                out.push(format!("{file} names {io}"));
+            }
         }
     }
     out
 }
 
-/// The `::`-joined paths that follow `prefix` in `text`.
-fn after_path<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
-    text.match_indices(prefix)
-        .filter(|(i, _)| {
-            // Not the tail of a longer path (`x::super::`).
-            !text[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':')
-        })
-        .map(|(i, _)| {
-            let rest = &text[i + prefix.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            rest[..end].trim_end_matches(':')
-        })
-        .collect()
+#[test]
+fn the_core_imports_no_edge_and_does_no_io() {
+    let tree = Tree::read();
+    assert!(tree.files.keys().filter(|f| f.starts_with("core/")).count() > 50);
+    let found = core_reaches_out(&tree);
+    assert!(found.is_empty(), "the core reaches out: {found:#?}");
 }
 
-/// The room of a file: its directory below `operator/` (one level deeper in a side), or the
-/// file itself for the shared parts.
+#[test]
+fn a_planted_edge_out_of_the_core_is_found() {
+    let tree = Tree::read();
+    let planted = tree.planted("core/rules/mod.rs", "use crate::registry::RegistryError;");
+    assert_eq!(
+        core_reaches_out(&planted),
+        ["core/rules/mod.rs → registry/mod.rs"]
+    );
+    let planted = tree.planted("core/excerpt.rs", "fn f() { std::fs::read(\"x\"); }");
+    assert_eq!(
+        core_reaches_out(&planted),
+        ["core/excerpt.rs names std::fs"]
+    );
+}
+
+/// The files that wire the operator's rooms together: the operator's, and each floor's.
+const WIRING: [&str; 3] = [
+    "operator/mod.rs",
+    "operator/replica/mod.rs",
+    "operator/leader/mod.rs",
+];
+
+/// What the operator's rooms import of its wiring.
+fn through_wiring(tree: &Tree) -> Vec<String> {
+    let mut out = Vec::new();
+    for file in tree.files.keys().filter(|f| f.starts_with("operator/")) {
+        for imported in tree.imports(file) {
+            // A wiring file's items are for the wiring above it alone.
+            let above = WIRING.contains(&file.as_str())
+                && (file == "operator/mod.rs" || imported != "operator/mod.rs");
+            if WIRING.contains(&imported.as_str()) && !above {
+                out.push(format!("{file} → {imported}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_operators_rooms_never_import_its_wiring() {
+    let tree = Tree::read();
+    let found = through_wiring(&tree);
+    assert!(
+        found.is_empty(),
+        "items of the wiring imported by its rooms: {found:?}"
+    );
+    let planted = tree.planted(
+        "operator/leader/vms/trigger.rs",
+        "use crate::operator::election::LeaderSide;",
+    );
+    assert_eq!(
+        through_wiring(&planted),
+        ["operator/leader/vms/trigger.rs → operator/leader/mod.rs"]
+    );
+}
+
+/// The room of an operator file: its folder below `operator/` (one level deeper on a floor),
+/// or the file itself.
 fn room(file: &str) -> String {
-    let parts: Vec<&str> = file.split('/').collect();
-    let depth = if matches!(parts[0], "read" | "write") && parts.len() > 2 {
+    let parts: Vec<&str> = file.trim_start_matches("operator/").split('/').collect();
+    let depth = if matches!(parts[0], "replica" | "leader") && parts.len() > 2 {
         2
     } else {
         1
@@ -160,97 +468,196 @@ fn room(file: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn the_operators_rooms_never_import_its_wiring() {
-    let files = operator_files();
-    assert!(
-        files.contains_key("write/vms/vm_reconciler.rs") && files.contains_key("read/mod.rs"),
-        "{:?}",
-        files.keys().collect::<Vec<_>>()
-    );
-    let mut through_wiring = Vec::new();
-    for file in files.keys() {
-        for imported in imports(&files, file) {
-            // A wiring file's items are for the wiring above it alone.
-            let wiring = WIRING.contains(&imported.as_str());
-            let above = WIRING.contains(&file.as_str())
-                && (file == "mod.rs" || imported != "mod.rs" && file != &imported);
-            if wiring && !above {
-                through_wiring.push(format!("{file} → {imported}"));
-            }
-        }
-    }
-    assert!(
-        through_wiring.is_empty(),
-        "items of the wiring imported by its rooms: {through_wiring:?}"
-    );
-}
-
-/// Depth-first from `file`: a file met again while it is on the path closes a circle.
-fn visit<'a>(
-    file: &'a str,
-    graph: &'a BTreeMap<&str, BTreeSet<String>>,
-    path: &mut Vec<&'a str>,
-    done: &mut BTreeSet<&'a str>,
-    circles: &mut Vec<String>,
-) {
-    if let Some(i) = path.iter().position(|f| *f == file) {
-        circles.push(format!("{} → {file}", path[i..].join(" → ")));
-        return;
-    }
-    if !done.insert(file) {
-        return;
-    }
-    path.push(file);
-    for next in graph.get(file).into_iter().flatten() {
-        visit(next, graph, path, done, circles);
-    }
-    path.pop();
-}
-
-#[test]
-fn no_circle_inside_the_operator() {
-    let files = operator_files();
-    let graph: BTreeMap<&str, BTreeSet<String>> = files
+/// The hubs among the operator's files: a file other rooms import that itself imports from
+/// more than two other rooms. Gathering the parts of many rooms is the wiring's job.
+fn hubs(tree: &Tree) -> Vec<String> {
+    let operator: Vec<&String> = tree
+        .files
         .keys()
-        .map(|f| (f.as_str(), imports(&files, f)))
+        .filter(|f| f.starts_with("operator/") && !WIRING.contains(&f.as_str()))
         .collect();
-    assert!(
-        graph["write/mod.rs"].contains("write/vms/vm_reconciler.rs"),
-        "{:?}",
-        graph["write/mod.rs"]
-    );
-    let (mut done, mut circles) = (BTreeSet::new(), Vec::new());
-    for file in graph.keys() {
-        visit(file, &graph, &mut Vec::new(), &mut done, &mut circles);
-    }
-    assert!(circles.is_empty(), "imports in a circle: {circles:?}");
-}
-
-#[test]
-fn no_room_imports_a_hub() {
-    let files = operator_files();
-    // What another room imports stays narrow: a file imported from outside its room
-    // imports from at most two other rooms itself. Gathering the parts of many rooms for
-    // all of them is the wiring's job, done once.
-    let mut hubs = Vec::new();
-    for file in files.keys().filter(|f| !WIRING.contains(&f.as_str())) {
-        let users: BTreeSet<String> = files
-            .keys()
-            .filter(|f| !WIRING.contains(&f.as_str()) && room(f) != room(file))
-            .filter(|f| imports(&files, f).contains(file))
+    let mut out = Vec::new();
+    for file in &operator {
+        let users: BTreeSet<String> = operator
+            .iter()
+            .filter(|f| room(f) != room(file) && tree.imports(f).contains(*file))
             .map(|f| room(f))
             .collect();
-        let reaches: BTreeSet<String> = imports(&files, file)
+        let reaches: BTreeSet<String> = tree
+            .imports(file)
             .iter()
+            .filter(|f| f.starts_with("operator/"))
             .map(|f| room(f))
             .filter(|r| *r != room(file))
             .collect();
         if !users.is_empty() && reaches.len() > 2 {
-            hubs.push(format!(
+            out.push(format!(
                 "{file} (imports {reaches:?}; imported by {users:?})"
             ));
         }
     }
-    assert!(hubs.is_empty(), "hubs: {hubs:?}");
+    out
+}
+
+#[test]
+fn no_room_imports_a_hub() {
+    let tree = Tree::read();
+    let found = hubs(&tree);
+    assert!(found.is_empty(), "hubs: {found:#?}");
+    let planted = tree.planted(
+        "operator/writes/event_recorder.rs",
+        "use crate::operator::election::vms::trigger::Trigger; \
+         use crate::operator::election::tags::tag_follower::TagFollower; \
+         use crate::operator::replica::webhook::handler::Admitter;",
+    );
+    assert!(
+        hubs(&planted)
+            .iter()
+            .any(|h| h.starts_with("operator/writes/event_recorder.rs")),
+        "{:?}",
+        hubs(&planted)
+    );
+}
+
+/// The edges between leader rooms that are allowed, and why.
+const LEADER_EDGES: [(&str, &str, &str); 4] = [
+    (
+        "*",
+        "leader/mapping_statuses",
+        "what changes a mapping's counts (a reconcile, a rule change, NeonVM's VMs, the \
+         pods rolled or followed) names it to the status writer",
+    ),
+    (
+        "*",
+        "leader/recreation_budget",
+        "one budget for every pod recreated on purpose: VMs, NeonVM's VMs, workloads",
+    ),
+    (
+        "leader/tags",
+        "leader/vms",
+        "a moved tag queues the VMs that follow it",
+    ),
+    (
+        "*",
+        "leader/followed_tags",
+        "the tags followed for VMs, NeonVM's VMs and pods, which the tag follower checks",
+    ),
+];
+
+/// What a leader room imports of another leader room, outside [`LEADER_EDGES`].
+fn leader_edges(tree: &Tree) -> Vec<String> {
+    let mut out = Vec::new();
+    for file in tree
+        .files
+        .keys()
+        .filter(|f| f.starts_with("operator/leader/"))
+    {
+        if WIRING.contains(&file.as_str()) {
+            continue;
+        }
+        for imported in tree.imports(file) {
+            if !imported.starts_with("operator/leader/") || WIRING.contains(&imported.as_str()) {
+                continue;
+            }
+            let (from, to) = (room(file), room(&imported));
+            let allowed = LEADER_EDGES
+                .iter()
+                .any(|(f, t, _)| (*f == "*" || *f == from) && *t == to);
+            if from != to && !allowed {
+                out.push(format!("{file} → {imported}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_leader_room_imports_no_other_leader_room_but_the_named_edges() {
+    let tree = Tree::read();
+    assert!(
+        tree.files
+            .keys()
+            .any(|f| f.starts_with("operator/leader/vms/")),
+        "{:?}",
+        tree.files.keys().collect::<Vec<_>>()
+    );
+    let found = leader_edges(&tree);
+    assert!(
+        found.is_empty(),
+        "leader rooms importing each other: {found:#?}"
+    );
+    let planted = tree.planted(
+        "operator/leader/workloads/workload_roller.rs",
+        "use crate::operator::election::vms::trigger::Trigger;",
+    );
+    assert_eq!(
+        leader_edges(&planted),
+        ["operator/leader/workloads/workload_roller.rs → operator/leader/vms/trigger.rs"]
+    );
+}
+
+/// The names said twice: file names (a module's `mod.rs` and a folder's `tests.rs` aside),
+/// folder names, and the names of public types.
+fn names_said_twice(tree: &Tree) -> Vec<String> {
+    let mut files: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut folders: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut types: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (path, code) in &tree.files {
+        let parts: Vec<&str> = path.split('/').collect();
+        let (name, dirs) = parts.split_last().unwrap();
+        let stem = name.trim_end_matches(".rs");
+        // `x.rs` beside its folder `x/` is one module.
+        if !matches!(stem, "mod" | "tests" | "lib" | "main") {
+            files.entry(stem).or_default().push(path);
+        }
+        for (i, dir) in dirs.iter().enumerate() {
+            folders.entry(dir).or_default().insert(dirs[..=i].join("/"));
+        }
+        for line in code.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.len() >= 3
+                && words[0] == "pub"
+                && matches!(words[1], "struct" | "enum" | "type" | "trait")
+            {
+                let name: String = words[2]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                types.entry(name).or_default().push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (stem, paths) in files {
+        let modules: BTreeSet<String> = paths
+            .iter()
+            .map(|p| p.trim_end_matches(".rs").to_string())
+            .collect();
+        if modules.len() > 1 {
+            out.push(format!("file {stem}.rs: {modules:?}"));
+        }
+    }
+    for (dir, paths) in folders {
+        if paths.len() > 1 {
+            out.push(format!("folder {dir}/: {paths:?}"));
+        }
+    }
+    for (name, paths) in types {
+        if paths.len() > 1 {
+            out.push(format!("type {name}: {paths:?}"));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_name_says_one_thing() {
+    let tree = Tree::read();
+    let found = names_said_twice(&tree);
+    assert!(found.is_empty(), "names said twice: {found:#?}");
+    let planted = tree.planted("operator/tasks.rs", "pub struct RuleSet;");
+    assert_eq!(
+        names_said_twice(&planted),
+        ["type RuleSet: [\"core/rules/rule_set.rs\", \"operator/tasks.rs\"]"]
+    );
 }

@@ -17,44 +17,45 @@
 //! a pod create/delete/label patch, an Event or the Lease; with `--webhook-url`, a replica
 //! also applies and deletes its own webhook configuration.
 
-mod admission;
 mod clients;
+mod election;
 mod http_endpoint;
 mod jitter;
 mod leader;
 mod observe;
 mod options;
-mod read;
+mod replica;
 mod tasks;
-mod write;
+mod watch_toolkit;
+mod writes;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use kube::Client;
 
-pub use admission::handler::{Admitter, Answered, NotAReview};
 pub use clients::OperatorClients;
-pub use leader::{
+pub use election::{
     ElectedClients, Fence, FenceClosed, LeaderElection, LeaseTiming, unique_identity,
 };
+pub use leader::vms::vm_reconciler::ReconcileError;
 pub use observe::progress::Progress;
 pub use observe::{health, metrics};
+pub use options::token_file::TokenFile;
 pub use options::{
     DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretName, Webhook, WebhookCertificate,
 };
-pub use read::watches::cached_pod::CachedPod;
-pub use read::watches::caches::Caches;
-pub use read::watches::listed::{CachesListed, Listed};
-pub use read::watches::projection::Projection;
-pub use write::tags::token_file::TokenFile;
-pub use write::vms::vm_reconciler::ReconcileError;
-pub use write::writes::requests::FIELD_MANAGER;
+pub use replica::watches::cached_pod::CachedPod;
+pub use replica::watches::caches::Caches;
+pub use replica::watches::projection::Projection;
+pub use replica::webhook::handler::{Admitter, Answered, NotAReview};
+pub use watch_toolkit::listed::{CachesListed, Listed};
+pub use writes::requests::FIELD_MANAGER;
 
+use leader::WriteSide;
+use leader::tags::push_endpoint;
 use observe::health::Health;
 use tasks::Tasks;
-use write::WriteSide;
-use write::tags::push_endpoint;
 
 /// What the operator reports to: the probes, `/metrics`, whoever waits on its progress,
 /// and the notification endpoint (which acts on it while it runs).
@@ -109,12 +110,12 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let OperatorClients { client, evictions } = clients;
     let mut read_tasks = Tasks::default();
-    let (read, told) = read::start(&client, &options, &observers.health, &mut read_tasks)?;
+    let (read, told) = replica::start(&client, &options, &observers.health, &mut read_tasks)?;
     let webhook = start_webhook(&client, &options, &read, &observers).await?;
     let shutdown = draining(shutdown, &observers.health, webhook.as_ref());
     let side = write_side(client, evictions, options, &observers);
     let result = tokio::select! {
-        result = write::run(side, read, told, shutdown) => result,
+        result = leader::run(side, read, told, shutdown) => result,
         e = read_tasks.first_ended() => Err(e),
     };
     stop_webhook(webhook).await;
@@ -132,7 +133,7 @@ pub async fn run_elected(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let mut read_tasks = Tasks::default();
-    let (read, told) = read::start(
+    let (read, told) = replica::start(
         &clients.replica,
         &options,
         &observers.health,
@@ -142,9 +143,9 @@ pub async fn run_elected(
     let health = Arc::clone(&observers.health);
     let shutdown = draining(shutdown, &health, webhook.as_ref());
     let evictions = clients.evictions.clone();
-    let leading = leader::run_elected(clients, health, election, shutdown, |client, stop| {
+    let leading = election::run_elected(clients, health, election, shutdown, |client, stop| {
         let side = write_side(client, evictions, options, &observers);
-        write::run(side, read, told, stop)
+        leader::run(side, read, told, stop)
     });
     // The read side's tasks fail the replica whether or not it leads.
     let result = tokio::select! {
@@ -159,11 +160,11 @@ pub async fn run_elected(
 fn draining(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     health: &Arc<Health>,
-    webhook: Option<&admission::Serving>,
+    webhook: Option<&replica::webhook::Serving>,
 ) -> impl Future<Output = ()> + Send + Sync + 'static {
     let (health, activity) = (
         Arc::clone(health),
-        webhook.map(admission::Serving::activity),
+        webhook.map(replica::webhook::Serving::activity),
     );
     async move {
         shutdown.await;
@@ -195,13 +196,13 @@ fn write_side(
 async fn start_webhook(
     client: &Client,
     options: &Options,
-    read: &read::ReadSide,
+    read: &replica::ReadSide,
     observers: &Observers,
-) -> anyhow::Result<Option<admission::Serving>> {
+) -> anyhow::Result<Option<replica::webhook::Serving>> {
     let Some(webhook) = &options.webhook else {
         return Ok(None);
     };
-    let serving = admission::start(
+    let serving = replica::webhook::start(
         client,
         webhook,
         &options.namespaces,
@@ -213,7 +214,7 @@ async fn start_webhook(
     Ok(Some(serving))
 }
 
-async fn stop_webhook(webhook: Option<admission::Serving>) {
+async fn stop_webhook(webhook: Option<replica::webhook::Serving>) {
     if let Some(webhook) = webhook {
         webhook.stop().await;
     }

@@ -1,5 +1,7 @@
 //! Operator settings (the `imagemap run` flags).
 
+pub mod token_file;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,7 +71,7 @@ impl std::fmt::Display for SecretName {
 #[derive(Debug, Clone)]
 pub struct RegistryNotifications {
     pub addr: String,
-    pub token: std::sync::Arc<super::write::tags::token_file::TokenFile>,
+    pub token: std::sync::Arc<token_file::TokenFile>,
 }
 
 /// The admission webhook: where it listens, where its certificate comes from, and which

@@ -1,162 +1,417 @@
-//! Leader election on a Lease: only the holder runs the operator. A holder that stops
-//! releases the Lease so another replica takes over at once; a holder that dies or freezes
-//! is replaced once it has not renewed the Lease for a lease duration — and by then its
-//! [`Fence`] has stopped its writes, in-flight reconciles included.
+//! The leader side: what only the leader does — the VirtualMachine controller ([`vms`]:
+//! reconciles, runner pods, and what a rule change asks of them), the mappings' statuses
+//! ([`mapping_statuses`]), live reload of NeonVM's runner pods ([`neonvm_reload`]) and of
+//! workloads ([`workloads`]) within one [`recreation_budget`], the tags followed
+//! ([`followed_tags`]) and their checks at the registries ([`tags`]), the webhook's
+//! certificates ([`webhook_tls`]) and the report of objects that cannot be read
+//! ([`unreadable_reporter`]). It acts on what the replica side keeps and tells, and writes
+//! through the `writes` room.
+//!
+//! This file wires the leader side's rooms together; they never import it.
 
-mod election;
-mod elector;
-mod fence;
-mod fenced_client;
-mod lease_record;
+pub mod followed_tags;
+pub mod mapping_statuses;
+pub mod neonvm_reload;
+pub mod recreation_budget;
+pub mod tags;
+pub mod unreadable_reporter;
+pub mod vms;
+pub mod webhook_tls;
+pub mod workloads;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use kube::client::ClientBuilder;
-use kube::{Client, Config};
+use futures::future::ready;
+use futures::{FutureExt, StreamExt};
+use kube::Client;
+use kube::runtime::controller::Controller;
 
-use crate::api_requests::ApiRequests;
-
-pub use election::{LeaderElection, LeaseTiming, unique_identity};
-pub use fence::{Fence, FenceClosed};
-
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::observe::health::Health;
-use elector::Elector;
+use crate::operator::observe::metrics::Metrics;
+use crate::operator::observe::progress::Progress;
+use crate::operator::options::{Options, Webhook, WebhookCertificate};
+use crate::operator::replica::{ReadSide, Told};
+use crate::operator::tasks::Tasks;
+use crate::operator::watch_toolkit::listed::Listed;
+use crate::operator::writes::event_recorder::EventRecorder;
+use followed_tags::FollowedTags;
+use mapping_statuses::mapping_status_writer::{self, StatusWriter};
+use mapping_statuses::pod_counts::PodCounts;
+use mapping_statuses::pod_scanner::{self, PodScanner};
+use mapping_statuses::status_due::StatusDue;
+use neonvm_reload::runner_reloader::{self, RunnerReloader};
+use recreation_budget::RecreationBudget;
+use tags::credentials_watcher::{self, CredentialsWatcher};
+use tags::digest_publisher::{self, DigestPublisher};
+use tags::pod_followers::{self, PodFollowers};
+use tags::push_endpoint::{Pushed, Running};
+use tags::tag_follower::{self, TagFollower};
+use vms::pod_watcher;
+use vms::replacement_creator::{self, ReplacementCreator};
+use vms::rule_changes::{self, RuleChanges};
+use vms::trigger::Trigger;
+use vms::vm_memory::VmMemory;
+use vms::vm_reconciler::{self, Reconciler};
+use webhook_tls::certificate_keeper::{self, CertificateKeeper};
+use workloads::workload_roller::{self, WorkloadRoller};
+use workloads::workload_state::WorkloadState;
+use workloads::workload_watcher::{self, WorkloadWatcher};
 
-/// What stops the operator a leader runs: shutdown, or the Lease lost.
-pub type Stop = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
-
-/// The API clients of a replica under leader election, counting into one [`ApiRequests`].
-pub struct ElectedClients {
-    /// The operator's: its writes pass only while `fence` is open, checked as each request
-    /// is issued and again at the socket.
-    pub operator: Client,
-    /// The operator's, fenced likewise, without kube's retries: for evictions (see
-    /// [`crate::operator::OperatorClients`]).
+/// What the write side writes with and reports to.
+pub struct WriteSide {
+    pub client: Client,
+    /// The same, for evictions: not retried by kube.
     pub evictions: Client,
-    /// The elector's own, for the Lease.
-    pub elector: Client,
-    /// The replica's own, unfenced: the read side's watches, which every replica keeps,
-    /// and what a replica does for itself whether or not it leads (registering the webhook
-    /// it serves, with `--webhook-url`). Never the operator's writes.
-    pub replica: Client,
-    pub fence: Fence,
-    pub requests: ApiRequests,
+    pub options: Options,
+    pub health: Arc<Health>,
+    pub metrics: Arc<Metrics>,
+    pub progress: Arc<Progress>,
+    /// What push notifications act on while the write side runs.
+    pub running: Arc<Running>,
 }
 
-impl ElectedClients {
-    /// The clients from one configuration, with a closed fence.
-    pub fn new(config: Config) -> Result<ElectedClients, kube::Error> {
-        let fence = Fence::new();
-        let requests = ApiRequests::new();
-        let operator = fenced_client::fenced_client(&config, &fence, &requests)?;
-        let evictions = fenced_client::fenced_client(
-            &crate::operator::clients::without_retry(config.clone()),
-            &fence,
-            &requests,
-        )?;
-        let elector = ClientBuilder::try_from(config.clone())?
-            .with_layer(&requests.layer())
-            .build();
-        let replica = ClientBuilder::try_from(config)?
-            .with_layer(&requests.layer())
-            .build();
-        Ok(ElectedClients {
-            operator,
-            evictions,
-            elector,
-            replica,
-            fence,
-            requests,
-        })
+/// Clears what push notifications act on when the write side stops, however it stops.
+struct Stopped(Arc<Running>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.set(None);
     }
 }
 
-/// Waits for the Lease, then runs `operator` — with the fenced client and what stops it —
-/// until `shutdown` completes or leadership is lost; then lets it finish and releases the
-/// Lease. Losing the Lease is an error, so that the process restarts as a follower.
-/// Reports standing by and leading to `health`.
-pub async fn run_elected<Run, Running>(
-    clients: ElectedClients,
-    health: Arc<Health>,
-    election: LeaderElection,
+/// Runs the write side on what `read` keeps and `told` tells, until the VirtualMachine
+/// controller stops (or the future is dropped). When `shutdown`
+/// completes, no new reconcile starts, the running ones finish, and the function returns.
+/// A background task that ends is an error.
+#[allow(clippy::too_many_lines)] // The wiring: each task built with the parts it uses.
+pub async fn run(
+    side: WriteSide,
+    read: ReadSide,
+    told: Told,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    operator: Run,
-) -> anyhow::Result<()>
-where
-    Run: FnOnce(Client, Stop) -> Running,
-    Running: Future<Output = anyhow::Result<()>>,
-{
-    let (lease, identity) = (election.lease_name.clone(), election.identity.clone());
-    let (leading_tx, mut leading) = tokio::sync::watch::channel(false);
-    let (stop_elector, elector_stopped) = tokio::sync::oneshot::channel::<()>();
-    let client = clients.operator;
-    // Standing by, a replica is ready while it can take over: it read the Lease within a
-    // lease duration.
-    let fresh_for = election.timing.lease_duration;
-    health.stand_by(true, fresh_for);
-    let elector = Elector::new(
-        &clients.elector,
-        election,
-        clients.fence,
-        Arc::clone(&health),
-    )
-    .run(leading_tx, async move {
-        let _ = elector_stopped.await;
-    });
-    let leader = async move {
-        tracing::info!(%lease, %identity, "waiting to lead");
-        let mut shutdown = Box::pin(shutdown);
-        let elected = tokio::select! {
-            res = leading.wait_for(|l| *l) => res.is_ok(),
-            () = &mut shutdown => false,
-        };
-        if !elected {
-            let _ = stop_elector.send(());
-            return Ok(());
-        }
-        tracing::info!(%identity, "leading");
-        health.stand_by(false, fresh_for);
-        let mut watch = leading.clone();
-        let stop = async move {
-            tokio::select! {
-                () = shutdown => {}
-                _ = watch.wait_for(|l| !*l) => tracing::warn!("lost the Lease; stopping"),
-            }
-        };
-        let result = operator(client, Box::pin(stop)).await;
-        let lost = !*leading.borrow();
-        // The elector closes the fence, then releases the Lease.
-        let _ = stop_elector.send(());
-        result?;
-        if lost {
-            anyhow::bail!("lost the Lease {lease}: another replica may be leading now");
-        }
-        Ok(())
+) -> anyhow::Result<()> {
+    let mut tasks = Tasks::default();
+    let WriteSide {
+        client,
+        evictions,
+        options,
+        health,
+        metrics,
+        progress,
+        running,
+    } = side;
+    let ReadSide {
+        caches,
+        rules,
+        registries,
+        rules_loaded,
+        digests,
+        digests_loaded,
+        neonvm,
+    } = read;
+    let listed = caches.listed.clone();
+    let followed = Arc::new(FollowedTags::default());
+    let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
+    let status_due = Arc::new(StatusDue::default());
+    let pod_counts = Arc::new(PodCounts::new(Arc::clone(&status_due)));
+    let memory = Arc::new(VmMemory::default());
+    let (trigger, triggers) = Trigger::channel(Arc::clone(&health));
+    let budget = Arc::new(RecreationBudget::new(options.max_recreates_per_minute));
+    tasks.spawn("event sender", event_sender);
+    tasks.spawn(
+        "rule change reactor",
+        rule_changes::run(
+            RuleChanges {
+                options: options.clone(),
+                caches: caches.clone(),
+                followed: Arc::clone(&followed),
+                status_due: Arc::clone(&status_due),
+                recorder: recorder.clone(),
+                trigger: trigger.clone(),
+            },
+            told.rules_changed.listen(),
+        ),
+    );
+    tasks.spawn(
+        "tag follower",
+        tag_follower::run(
+            Arc::new(TagFollower {
+                followed: Arc::clone(&followed),
+                registries: Arc::clone(&registries),
+                metrics: Arc::clone(&metrics),
+                poll_interval: options.tag_poll_interval,
+                credentials_namespaces: options.registry_credentials_namespaces.clone(),
+            }),
+            trigger.clone(),
+        ),
+    );
+    // Live reload deletes pods for admission to map their replacements: not without a webhook.
+    if options.webhook.is_some() {
+        tasks.spawn(
+            "NeonVM runner reloader",
+            runner_reloader::run(RunnerReloader {
+                client: client.clone(),
+                state: Arc::clone(&neonvm),
+                status_due: Arc::clone(&status_due),
+                rules: Arc::clone(&rules),
+                digests: Arc::clone(&digests),
+                followed: Arc::clone(&followed),
+                caches: caches.clone(),
+                recorder: recorder.clone(),
+                budget: Arc::clone(&budget),
+                default_runner: options.neonvm_default_runner_image.clone(),
+                namespaces: options.namespaces.clone(),
+                loaded: vec![
+                    rules_loaded.clone(),
+                    caches.listed.namespaces.clone(),
+                    digests_loaded.clone(),
+                ],
+            }),
+        );
+    }
+    if let Some(webhook) = &options.webhook {
+        tasks.spawn(
+            "unmapped pod scanner",
+            pod_scanner::run(PodScanner {
+                client: client.clone(),
+                namespaces: options.namespaces.clone(),
+                excluded: webhook.excluded.clone(),
+                per_namespace: options.pod_scan_namespace_interval,
+                caches: caches.clone(),
+                rules: Arc::clone(&rules),
+                digests: Arc::clone(&digests),
+                counts: Arc::clone(&pod_counts),
+                loaded: vec![
+                    rules_loaded.clone(),
+                    caches.listed.namespaces.clone(),
+                    digests_loaded.clone(),
+                ],
+            }),
+        );
+        let state = Arc::new(WorkloadState::default());
+        let watched = Listed::default();
+        tasks.spawn(
+            "live reload watcher",
+            workload_watcher::run(WorkloadWatcher {
+                client: client.clone(),
+                namespaces: options.namespaces.clone(),
+                state: Arc::clone(&state),
+                listed: watched.clone(),
+            }),
+        );
+        tasks.spawn(
+            "workload roller",
+            workload_roller::run(WorkloadRoller {
+                evictions,
+                state,
+                rules: Arc::clone(&rules),
+                digests: Arc::clone(&digests),
+                caches: caches.clone(),
+                recorder: recorder.clone(),
+                budget: Arc::clone(&budget),
+                metrics: Arc::clone(&metrics),
+                counts: Arc::clone(&pod_counts),
+                loaded: vec![
+                    rules_loaded.clone(),
+                    caches.listed.namespaces.clone(),
+                    digests_loaded.clone(),
+                    watched,
+                ],
+            }),
+        );
+        tasks.spawn(
+            "pod followers",
+            pod_followers::run(PodFollowers {
+                client: client.clone(),
+                namespaces: options.namespaces.clone(),
+                caches: caches.clone(),
+                rules: Arc::clone(&rules),
+                followed: Arc::clone(&followed),
+                counts: Arc::clone(&pod_counts),
+            }),
+        );
+    }
+    tasks.spawn(
+        "digest publisher",
+        digest_publisher::run(DigestPublisher {
+            client: client.clone(),
+            followed: Arc::clone(&followed),
+            verified: digests,
+            configmap: options.published_digests.clone(),
+        }),
+    );
+    if let Some(Webhook {
+        certificate:
+            WebhookCertificate::Secret {
+                secret,
+                configuration,
+                lifetimes,
+            },
+        ..
+    }) = &options.webhook
+    {
+        tasks.spawn(
+            "webhook certificate keeper",
+            certificate_keeper::run(CertificateKeeper {
+                client: client.clone(),
+                secret: secret.clone(),
+                configuration: configuration.clone(),
+                lifetimes: *lifetimes,
+            }),
+        );
+    }
+    if let Some(secret) = options.registry_credentials.clone() {
+        tasks.spawn(
+            "registry credentials watcher",
+            credentials_watcher::run(
+                CredentialsWatcher {
+                    client: client.clone(),
+                    registries: Arc::clone(&registries),
+                    followed: Arc::clone(&followed),
+                    recorder: recorder.clone(),
+                },
+                secret,
+            ),
+        );
+    }
+    // Push notifications act on the followed tags while the write side runs.
+    running.set(Some(Pushed {
+        followed: Arc::clone(&followed),
+        registries: Arc::clone(&registries),
+    }));
+    let _stopped = Stopped(running);
+    let (hand_over, handed) = futures::channel::mpsc::unbounded();
+    tasks.spawn(
+        "replacement creator",
+        replacement_creator::create_handed_over(
+            ReplacementCreator {
+                client: client.clone(),
+                vms: caches.vms.clone(),
+                memory: Arc::clone(&memory),
+                concurrency: options.concurrency,
+            },
+            handed,
+            trigger.clone(),
+        ),
+    );
+    tasks.spawn(
+        "pod watcher",
+        pod_watcher::run(
+            told.pods,
+            pod_watcher::Watcher {
+                client: client.clone(),
+                index: Arc::clone(&caches.pod_index),
+                expectations: Arc::clone(&memory.expectations),
+                replacements: Arc::clone(&memory.replacements),
+                hand_over,
+                trigger,
+            },
+        ),
+    );
+    tasks.spawn(
+        "unreadable object reporter",
+        unreadable_reporter::report(
+            told.unreadable.listen(),
+            Arc::clone(&metrics),
+            recorder.clone(),
+        ),
+    );
+    tasks.spawn(
+        "mapping status writer",
+        mapping_status_writer::run(StatusWriter {
+            client: client.clone(),
+            options: options.clone(),
+            caches: caches.clone(),
+            rules: Arc::clone(&rules),
+            followed: Arc::clone(&followed),
+            due: Arc::clone(&status_due),
+            progress: Arc::clone(&progress),
+            metrics: Arc::clone(&metrics),
+            neonvm: Arc::clone(&neonvm),
+            pods: pod_counts,
+        }),
+    );
+    // What the rooms remember of a VM goes with it.
+    let forget = (
+        Arc::clone(&memory),
+        Arc::clone(&followed),
+        Arc::clone(&caches.pod_index),
+        Arc::clone(&progress),
+        Arc::clone(&status_due),
+    );
+    tasks.spawn(
+        "deleted VM forgetter",
+        told.vms_deleted.for_each(move |vm| {
+            let (memory, followed, pod_index, progress, status_due) = &forget;
+            memory.forget(&vm);
+            followed.forget(&vm);
+            pod_index.forget(&vm);
+            progress.forget_vm(&vm);
+            status_due.vm(vm);
+            ready(())
+        }),
+    );
+
+    // Reconciling before the rules are compiled would give VMs pods with unmapped images;
+    // before the pod cache has listed, it would create pods that exist.
+    let shutdown = shutdown.shared();
+    tokio::select! {
+        () = async { rules_loaded.wait().await; listed.pods.wait().await; } => {}
+        () = shutdown.clone() => return Ok(()),
+        e = tasks.first_ended() => return Err(e),
+    }
+    tracing::info!("mappings, namespaces and pods listed; reconciling VirtualMachines");
+    // Every mapping's status is counted at the first pass.
+    status_due.mappings();
+    health.controller_started();
+    let synced = {
+        let health = Arc::clone(&health);
+        tokio::spawn(async move {
+            listed.vms.wait().await;
+            health.set_synced();
+        })
     };
-    let ((), result) = tokio::join!(elector, leader);
+    let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
+    let reconciler = Arc::new(Reconciler {
+        budget: Arc::clone(&budget),
+        client,
+        options,
+        caches: caches.clone(),
+        rules,
+        followed,
+        memory,
+        recorder,
+        status_due,
+        health: Arc::clone(&health),
+        metrics,
+    });
+    let controller = Controller::for_stream(told.vms, caches.vms)
+        .with_config(config)
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            vm_reconciler::reconcile,
+            vm_reconciler::error_policy,
+            reconciler,
+        )
+        .for_each(|res| {
+            health.progressed();
+            let vm = match &res {
+                Ok((vm, _)) => Some(NamespacedName::from(vm)),
+                Err(e) => {
+                    tracing::debug!(error = %crate::core::excerpt::excerpt(&e.to_string()), "reconcile");
+                    None
+                }
+            };
+            progress.reconciled(vm);
+            futures::future::ready(())
+        });
+    let result = tokio::select! {
+        () = controller => Ok(()),
+        e = tasks.first_ended() => Err(e),
+    };
+    synced.abort();
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identities_are_unique_per_process_whatever_the_name() {
-        let (a, b) = (unique_identity("imagemap-0"), unique_identity("imagemap-0"));
-        assert!(a.starts_with("imagemap-0_") && b.starts_with("imagemap-0_"));
-        assert_ne!(a, b);
-    }
-
-    #[tokio::test]
-    async fn a_kubeconfig_proxy_is_refused_not_ignored() {
-        let mut config = Config::new("https://127.0.0.1:6443".parse().expect("a URI"));
-        config.proxy_url = Some("http://proxy.example:3128".parse().expect("a URI"));
-        let Err(e) = ElectedClients::new(config) else {
-            panic!("no proxy support is built in");
-        };
-        assert!(e.to_string().contains("proxy"), "{e}");
-    }
 }

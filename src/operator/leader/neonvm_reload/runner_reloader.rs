@@ -1,0 +1,231 @@
+//! The leader's live reload of NeonVM runner pods. For every NeonVM VM it resolves the VM's
+//! slots as admission would map them (the rules in force, the digests verified), compares them
+//! with what the runner pod runs, and takes the verdict of `neonvm::reload`: a live-reload VM
+//! under `restartPolicy: Always` gets its pod deleted (with a UID precondition and the pod's
+//! own grace period, within the recreation budget) and NeonVM creates the next, which
+//! admission maps; the others are told restart required; a replacement that came back
+//! unmapped is told and left. It looks again when NeonVM's objects, the rules or the digests
+//! change. The tags the VMs follow are followed for them, so that a moved tag reloads them.
+//!
+//! What it compares is what runs, so a pod that was current before the operator restarted
+//! is current after it, and a pod created while the webhook was down is found (and, for a
+//! live-reload VM, replaced once).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{DeleteParams, Preconditions};
+use kube::{Api, Client};
+
+use crate::core::admission::pod_mutation::admitted;
+use crate::core::namespaced_name::NamespacedName;
+use crate::core::neonvm::NeonVm;
+use crate::core::neonvm::reload::{self, Replaced, Verdict};
+use crate::operator::leader::followed_tags::{FollowedTags, Follower};
+use crate::operator::leader::mapping_statuses::status_due::StatusDue;
+use crate::operator::leader::recreation_budget::RecreationBudget;
+use crate::operator::replica::digests::followed::Followed;
+use crate::operator::replica::digests::verified_digests::VerifiedDigests;
+use crate::operator::replica::neonvm_watch::neonvm_state::NeonVmState;
+use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
+use crate::operator::replica::watches::caches::Caches;
+use crate::operator::watch_toolkit::listed::Listed;
+use crate::operator::writes::event_recorder::EventRecorder;
+
+/// How often every VM is looked at again when nothing told of a change (the recreation
+/// budget freeing up, a re-list).
+const LOOK_AGAIN: Duration = Duration::from_secs(10);
+
+/// What the reloader reads, deletes with and tells through.
+pub struct RunnerReloader {
+    /// The leader's (fenced) client.
+    pub client: Client,
+    pub state: Arc<NeonVmState>,
+    pub rules: Arc<RulesInForce>,
+    pub digests: Arc<VerifiedDigests>,
+    pub followed: Arc<FollowedTags>,
+    pub caches: Caches,
+    pub recorder: EventRecorder,
+    pub budget: Arc<RecreationBudget>,
+    /// The mapping statuses count NeonVM's VMs: told when they change.
+    pub status_due: Arc<StatusDue>,
+    /// `--neonvm-default-runner-image`: what a VM without `runnerImage` runs.
+    pub default_runner: Option<String>,
+    /// The namespaces the operator acts in (empty: all).
+    pub namespaces: Vec<String>,
+    /// What it judges from, listed once: the rules, the namespaces' labels, the digests.
+    /// Judged before, every mapped pod would look stale.
+    pub loaded: Vec<Listed>,
+}
+
+/// What the reloader remembers of a VM while it leads.
+#[derive(Debug, Default)]
+struct Memory {
+    replaced: Option<Replaced>,
+    /// The last Event told, so that each is told once.
+    told: Option<(String, String)>,
+    /// Waiting for a migration (said once).
+    waiting: bool,
+}
+
+impl RunnerReloader {
+    /// What the rules make of each of `vm`'s slots now (as admission maps them), and the
+    /// tags they follow.
+    fn resolved(&self, vm: &NeonVm) -> (BTreeMap<String, String>, Vec<Followed>) {
+        let rules = self.rules.current();
+        let namespace_labels = self.caches.namespace_labels(&vm.namespace);
+        let who = vm.requester(&namespace_labels);
+        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
+            self.digests.get(&Followed::of(reference, rule, ns))
+        };
+        let mut images = BTreeMap::new();
+        let mut follows = Vec::new();
+        for slot in vm.slots(self.default_runner.as_deref()) {
+            let (resolution, image, _) =
+                admitted(&rules, &who, &slot.slot, &slot.requested, &digest_of);
+            if let (true, Ok(reference)) = (resolution.follow_tag, &resolution.outcome) {
+                follows.push(Followed::of(
+                    reference,
+                    resolution.rule.as_ref(),
+                    &vm.namespace,
+                ));
+            }
+            images.insert(slot.slot, image.unwrap_or(slot.requested));
+        }
+        (images, follows)
+    }
+
+    fn acts_in(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// Looks at one VM and acts on its verdict.
+    async fn look(&self, vm: &NeonVm, memory: &mut Memory) {
+        let key = NamespacedName::new(&vm.namespace, &vm.name);
+        let (resolved, follows) = self.resolved(vm);
+        self.followed
+            .follow_as(&Follower::NeonVm(key.clone()), follows, Instant::now());
+        let Some(pod) = self.state.runner_pod(vm) else {
+            return;
+        };
+        let seen = reload::Pod {
+            uid: &pod.uid,
+            images: &pod.images,
+            deleting: pod.deleting,
+        };
+        let migrating = self.state.migration_under_way(vm);
+        let verdict = reload::verdict(
+            vm,
+            Some(seen),
+            &resolved,
+            migrating,
+            memory.replaced.as_ref(),
+        );
+        if let Verdict::Migrating(_) = &verdict {
+            if !std::mem::replace(&mut memory.waiting, true) {
+                tracing::info!(vm = %key, pod = %pod.name, "live reload waits: a migration is under way");
+            }
+        } else {
+            memory.waiting = false;
+        }
+        if verdict == Verdict::Current {
+            // Current again: what was replaced or told is over, and told again if it comes back.
+            memory.replaced = None;
+            memory.told = None;
+        }
+        if let Verdict::Replace(_) = &verdict {
+            if let Err(wait) = self.budget.take(&vm.namespace) {
+                tracing::info!(vm = %key, ?wait, "recreation budget spent; the runner pod waits");
+                return;
+            }
+            if !self.delete(&vm.namespace, &pod.name, &pod.uid).await {
+                return;
+            }
+            memory.replaced = Some(Replaced {
+                pod_uid: pod.uid.clone(),
+                expected: resolved,
+            });
+        }
+        let Some(event) = reload::event(&verdict, &pod.name) else {
+            return;
+        };
+        let said = (event.reason.to_string(), event.message.clone());
+        if memory.told.as_ref() == Some(&said) {
+            return;
+        }
+        memory.told = Some(said);
+        self.recorder.note(regarding(vm), &event).await;
+    }
+
+    /// Deletes the runner pod `name` if it is still `uid`, with its own grace period;
+    /// whether it went.
+    async fn delete(&self, namespace: &str, name: &str, uid: &str) -> bool {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(name, &params).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => false,
+            Err(e) => {
+                tracing::warn!(pod = %name, error = %crate::core::excerpt::excerpt(&e.to_string()), "could not delete a runner pod for live reload");
+                false
+            }
+        }
+    }
+}
+
+/// The NeonVM VM, for an Event.
+fn regarding(vm: &NeonVm) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(format!("{}/v1", crate::core::neonvm::GROUP)),
+        kind: Some("VirtualMachine".into()),
+        namespace: Some(vm.namespace.clone()),
+        name: Some(vm.name.clone()),
+        uid: Some(vm.uid.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Reloads runner pods until the future is dropped.
+pub async fn run(reloader: RunnerReloader) {
+    for listed in &reloader.loaded {
+        listed.wait().await;
+    }
+    let mut rules = reloader.rules.changes();
+    let mut digests = reloader.digests.changes();
+    let mut memory: HashMap<NamespacedName, Memory> = HashMap::new();
+    loop {
+        let vms = reloader.state.vms();
+        let present: std::collections::HashSet<NamespacedName> = vms
+            .iter()
+            .map(|vm| NamespacedName::new(&vm.namespace, &vm.name))
+            .collect();
+        // What the rooms remember of a VM goes with it.
+        memory.retain(|key, _| {
+            let keep = present.contains(key);
+            if !keep {
+                reloader
+                    .followed
+                    .forget_follower(&Follower::NeonVm(key.clone()));
+            }
+            keep
+        });
+        for vm in vms.iter().filter(|vm| reloader.acts_in(&vm.namespace)) {
+            let key = NamespacedName::new(&vm.namespace, &vm.name);
+            reloader.look(vm, memory.entry(key).or_default()).await;
+        }
+        tokio::select! {
+            () = reloader.state.changed.notified() => reloader.status_due.neonvm(),
+            _ = rules.changed() => {}
+            _ = digests.changed() => {}
+            () = tokio::time::sleep(LOOK_AGAIN) => {}
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! One admission request, answered from memory: the rules in force, the namespaces' labels
+//! and the digests the replica holds. Nothing here calls the API server or a registry. A
+//! request that is not an AdmissionReview is refused (the API server then admits the pod
+//! as it is: the webhook fails open); every other answer admits the pod, mapped or not.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+#[cfg(doc)]
+use crate::core::admission::pod_mutation::MAX_WARNINGS;
+use crate::core::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
+use crate::core::admission::scope::{self, Excluded, RequestKind, Requesters, Skip};
+use crate::core::excerpt::excerpt;
+use crate::core::rules::{CompileOptions, MappingInput};
+use crate::core::vm_images;
+use crate::operator::replica::digests::followed::Followed;
+use crate::operator::replica::digests::verified_digests::VerifiedDigests;
+use crate::operator::replica::neonvm_watch::neonvm_state::NeonVmState;
+use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
+
+/// What admission answers from.
+#[derive(Clone)]
+pub struct Admitter {
+    pub rules: Arc<RulesInForce>,
+    /// The digests of followed tags the leader verified, as this replica holds them.
+    pub digests: Arc<VerifiedDigests>,
+    /// The namespaces, for the labels ClusterImageMappings select them by.
+    pub namespaces: Store<Namespace>,
+    /// Namespaces never mapped.
+    pub excluded: Excluded,
+    /// The namespaces the operator acts in (empty: all).
+    pub acts_in: Vec<String>,
+    /// The operator's own user name (its pods are resolved already); `None`: unknown.
+    pub own_user: Option<String>,
+    /// NeonVM's VMs and runner pods: what a migration's target pod takes.
+    pub neonvm: Arc<NeonVmState>,
+}
+
+/// A request the webhook cannot answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAReview(String);
+
+/// What an answer says, for metrics and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    /// `mutated`, `unchanged` or `skipped`.
+    pub result: &'static str,
+    pub unpinned: usize,
+    pub dry_run: usize,
+    /// The serialized AdmissionReview.
+    pub body: Vec<u8>,
+}
+
+impl Admitter {
+    /// An admitter answering from `mappings` compiled with `options` and from the labels of
+    /// `namespaces`, holding no digest of a followed tag: what the webhook answers from once
+    /// the read side has loaded the same objects, without its watches (the handler's
+    /// benchmark, benches/admission.rs, builds it so).
+    pub fn from_mappings(
+        mappings: &[MappingInput],
+        options: &CompileOptions,
+        namespaces: impl IntoIterator<Item = Namespace>,
+        excluded: Excluded,
+        acts_in: Vec<String>,
+    ) -> Admitter {
+        let rules = Arc::new(RulesInForce::default());
+        rules.recompile(mappings, options);
+        let mut writer = kube::runtime::reflector::store::Writer::<Namespace>::default();
+        for namespace in namespaces {
+            writer.apply_watcher_event(&watcher::Event::Apply(namespace));
+        }
+        Admitter {
+            rules,
+            digests: Arc::default(),
+            namespaces: writer.as_reader(),
+            excluded,
+            acts_in,
+            own_user: None,
+            neonvm: Arc::default(),
+        }
+    }
+
+    /// The answer to `body`, an AdmissionReview of a pod.
+    pub fn answer(&self, body: &[u8]) -> Result<Answered, NotAReview> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| {
+            NotAReview(format!(
+                "not an AdmissionReview: {}",
+                excerpt(&e.to_string())
+            ))
+        })?;
+        let mut request: AdmissionRequest<DynamicObject> = review
+            .try_into()
+            .map_err(|_| NotAReview("an AdmissionReview without a request".into()))?;
+        let mut response = AdmissionResponse::from(&request);
+        let (result, decision) = match self.decide(&mut request) {
+            Err(skip) => {
+                tracing::trace!(reason = skip.as_str(), "admission skipped");
+                ("skipped", None)
+            }
+            Ok(decision) => {
+                let result = match decision.outcome {
+                    Outcome::Mutated => "mutated",
+                    Outcome::Unchanged => "unchanged",
+                };
+                (result, Some(decision))
+            }
+        };
+        let (mut unpinned, mut dry_run) = (0, 0);
+        if let Some(d) = decision {
+            (unpinned, dry_run) = (d.unpinned, d.dry_run);
+            if !d.warnings.is_empty() {
+                response.warnings = Some(bounded(&d.warnings));
+            }
+            if !d.patch.0.is_empty() {
+                // A patch that cannot be written admits the pod as it is, warnings kept.
+                let mut fallback = AdmissionResponse::from(&request);
+                fallback.warnings.clone_from(&response.warnings);
+                response = response.with_patch(d.patch).unwrap_or(fallback);
+            }
+        }
+        let body = serde_json::to_vec(&response.into_review())
+            .map_err(|e| NotAReview(format!("answer not serializable: {e}")))?;
+        Ok(Answered {
+            result,
+            unpinned,
+            dry_run,
+            body,
+        })
+    }
+
+    /// What admission does to the request's pod (taken out of it), or why it is left alone.
+    fn decide(&self, request: &mut AdmissionRequest<DynamicObject>) -> Result<Decision, Skip> {
+        let operation = match request.operation {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        };
+        let kind = RequestKind::of(
+            &request.resource.group,
+            &request.resource.resource,
+            request.sub_resource.as_deref(),
+            operation,
+        );
+        let namespace = request.namespace.clone().unwrap_or_default();
+        if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {
+            return Err(Skip::ExcludedNamespace);
+        }
+        let pod = request.object.take().map_or(Value::Null, pod_value);
+        let who = Requesters {
+            user: request.user_info.username.as_deref().unwrap_or_default(),
+            operator: self.own_user.as_deref(),
+        };
+        if let Some(skip) = scope::skip(&self.excluded, &namespace, kind, &pod, who) {
+            return Err(skip);
+        }
+        let old = request.old_object.take().map(pod_value);
+        let change = match (kind, &old) {
+            (RequestKind::CreatePod, _) => Change::Create,
+            (RequestKind::AddEphemeralContainers, Some(old)) => Change::EphemeralContainers { old },
+            _ => return Err(Skip::OtherRequest),
+        };
+        let labels = self
+            .namespaces
+            .get(&ObjectRef::new(&namespace))
+            .map(|ns| ns.metadata.labels.clone().unwrap_or_default())
+            .unwrap_or_default();
+        let namespace_labels = vm_images::namespace_labels(&namespace, &labels);
+        let rules = self.rules.current();
+        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
+            self.digests.get(&Followed::of(reference, rule, ns))
+        };
+        let runner_images = |ns: &str, vm: &str| self.neonvm.runner_images(ns, vm);
+        Ok(pod_mutation::decide(
+            &rules,
+            &PodRequest {
+                namespace: &namespace,
+                namespace_labels: &namespace_labels,
+                pod: &pod,
+                change,
+                runner_images: &runner_images,
+            },
+            &digest_of,
+        ))
+    }
+}
+
+/// The pod's metadata and spec as JSON, as the pure core reads them (the spec moved, not
+/// copied: a pod may be over a MiB).
+fn pod_value(mut object: DynamicObject) -> Value {
+    json!({
+        "metadata": serde_json::to_value(&object.metadata).unwrap_or(Value::Null),
+        "spec": object.data.get_mut("spec").map_or(Value::Null, Value::take),
+    })
+}
+
+/// The warnings (at most [`MAX_WARNINGS`] and a count of the rest), each short and
+/// printable.
+fn bounded(warnings: &[String]) -> Vec<String> {
+    warnings.iter().map(|w| excerpt(w)).collect()
+}
+
+#[cfg(test)]
+mod tests;
