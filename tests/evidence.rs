@@ -252,7 +252,7 @@ async fn loosen_mapping_crd(client: &kube::Client, loose: bool) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = "imagemappings.imagemap.dev";
     let current = crds.get(name).await.unwrap();
-    let shipped = imagemap::core::crds::all()
+    let shipped = imagemap::core::crd_yaml::all()
         .into_iter()
         .find(|c| c.metadata.name.as_deref() == Some(name))
         .unwrap();

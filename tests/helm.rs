@@ -108,7 +108,7 @@ fn the_default_render_is_the_kustomize_base_plus_the_crds() {
         );
     }
     // The chart's CRDs are crds/'s, kept on uninstall.
-    let shipped = imagemap::core::crds::all();
+    let shipped = imagemap::core::crd_yaml::all();
     assert_eq!(crds.len(), shipped.len());
     for crd in shipped {
         let name = crd.metadata.name.clone().unwrap();
@@ -284,7 +284,7 @@ fn every_operator_flag_is_reachable_from_values_and_the_schema_matches_the_flags
 /// Puts the shipped CRDs back (a test changed one).
 async fn restore_crds(client: &kube::Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for mut crd in imagemap::core::crds::all() {
+    for mut crd in imagemap::core::crd_yaml::all() {
         let name = crd.metadata.name.clone().unwrap();
         let current = api.get(&name).await.unwrap();
         crd.metadata.resource_version = current.metadata.resource_version;
@@ -565,7 +565,7 @@ async fn helm_installs_upgrades_rolls_and_uninstalls_as_users_do() {
     ]);
     assert!(deployments.get_opt("imagemap").await.unwrap().is_none());
     webhook.wait_gone(&leader, 2).await;
-    for crd in imagemap::core::crds::all() {
+    for crd in imagemap::core::crd_yaml::all() {
         let name = crd.metadata.name.unwrap();
         assert!(
             Api::<CustomResourceDefinition>::all(client.clone())

@@ -27,7 +27,7 @@ pub fn target(tag: u32) -> String {
 /// Installs the CRDs and waits until they serve.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in imagemap::core::crds::all() {
+    for crd in imagemap::core::crd_yaml::all() {
         let name = crd.name_any();
         api.patch(
             &name,

@@ -15,9 +15,9 @@ pub struct CrdsArgs {
 /// Writes every CRD to `out`; returns the exit status.
 pub fn run(args: &CrdsArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let rendered = if args.helm_template {
-        crate::core::crds::chart_template()
+        crate::core::crd_yaml::chart_template()
     } else {
-        crate::core::crds::all_yaml()
+        crate::core::crd_yaml::all_yaml()
     };
     match rendered {
         Ok(yaml) => match out.write_all(yaml.as_bytes()) {

@@ -1,11 +1,11 @@
 //! The `imagemap` command line.
 
 pub mod cluster;
+pub mod cluster_preview;
 pub mod cluster_workloads;
 pub mod crds;
 pub mod follow_tags;
 pub mod manifest_files;
-pub mod preview;
 pub mod preview_scope;
 mod report;
 pub mod resolve;

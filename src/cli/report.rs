@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::follow_tags::Digests;
 use super::resolve::ResolveArgs;
 use super::table;
-use crate::core::admission::records;
 use crate::core::manifests::Manifests;
+use crate::core::pod::records;
 use crate::core::reference::Reference;
 use crate::core::rules::{MappingKey, Mode, Requester, RuleProblem, RuleRef};
 use crate::core::vm_images::{self, ImageSlot, SlotResolution, VmResolution};
@@ -83,7 +83,7 @@ impl Report {
     }
 
     pub(super) fn build(manifests: &Manifests, args: &ResolveArgs) -> Report {
-        let set = crate::core::preview::compile(manifests, &args.compile_options());
+        let set = crate::core::vm_preview::compile(manifests, &args.compile_options());
         let problems = set.problems().to_vec();
         let ns_labels = |ns: &str| {
             vm_images::namespace_labels(

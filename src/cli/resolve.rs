@@ -143,7 +143,7 @@ pub fn runtime(err: &mut dyn Write) -> Option<tokio::runtime::Runtime> {
 /// Runs the command, writing the result to `out` and notes to `err`; returns the exit status.
 pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     if args.cluster.enabled {
-        return super::preview::run(args, out, err);
+        return super::cluster_preview::run(args, out, err);
     }
     let namespace = args.namespace.as_deref().unwrap_or("default");
     let manifests = match manifest_files::load(&args.files, namespace) {

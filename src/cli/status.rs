@@ -21,8 +21,8 @@ use super::resolve::{EXIT_OK, EXIT_USAGE, Output, compile_options, runtime};
 use super::table;
 use crate::core::excerpt::excerpt;
 use crate::core::neonvm::reload::LIVE_RELOAD_LABEL;
-use crate::core::neonvm::slot_status::{SlotStatus, slot_statuses};
 use crate::core::neonvm::{self, NeonVm};
+use crate::core::neonvm_status::{SlotStatus, slot_statuses};
 
 /// Arguments of `imagemap status`.
 #[derive(Debug, clap::Args)]
@@ -169,7 +169,7 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         );
         return EXIT_OK;
     };
-    let rules = crate::core::preview::compile(&live, &compile_options(&args.allowed_registries));
+    let rules = crate::core::vm_preview::compile(&live, &compile_options(&args.allowed_registries));
     let shown: Vec<VmStatus> = vms
         .into_iter()
         .map(|(vm, pod)| {

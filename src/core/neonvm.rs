@@ -7,13 +7,12 @@
 //! resolve to and whether its pod runs it: [`slot_status`].
 
 pub mod reload;
-pub mod slot_status;
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::core::admission::pod_slots::SlotKind;
+use crate::core::pod::pod_slots::SlotKind;
 use crate::core::rules::Requester;
 use crate::core::vm_images::{
     ImageSlot, SLOT_EXTRA_PREFIX, SLOT_KERNEL, SLOT_ROOT_DISK, SLOT_RUNNER,
@@ -95,7 +94,7 @@ impl NeonVm {
             namespace: text(metadata, &["namespace"])?,
             name: text(metadata, &["name"])?,
             uid: text(metadata, &["uid"]).unwrap_or_default(),
-            labels: crate::core::admission::records::string_map(metadata.get("labels")),
+            labels: crate::core::pod::records::string_map(metadata.get("labels")),
             root_disk: text(spec, &["guest", "rootDisk", "image"]),
             kernel: text(spec, &["guest", "kernelImage"]),
             extra,
@@ -138,11 +137,7 @@ impl NeonVm {
         &'a self,
         namespace_labels: &'a BTreeMap<String, String>,
     ) -> Requester<'a> {
-        crate::core::admission::records::pod_requester(
-            &self.namespace,
-            &self.labels,
-            namespace_labels,
-        )
+        crate::core::pod::records::pod_requester(&self.namespace, &self.labels, namespace_labels)
     }
 
     /// Whether a migration is under way by the VM's phase.

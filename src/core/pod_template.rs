@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::core::admission::pod_slots::{SlotKind, pod_slots};
-use crate::core::admission::records::string_map;
+use crate::core::pod::pod_slots::{SlotKind, pod_slots};
+use crate::core::pod::records::string_map;
 
 /// The kinds whose pods `imagemap resolve` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

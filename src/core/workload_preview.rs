@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::admission::records::{self, LIVE_RELOAD_LABEL};
+use crate::core::pod::records::{self, LIVE_RELOAD_LABEL};
 use crate::core::pod_template::{PodTemplate, TemplateKind};
-use crate::core::preview::SlotChange;
 use crate::core::rules::{Mode, RuleSet};
 use crate::core::vm_images::{self, ImageSlot, SlotResolution};
+use crate::core::vm_preview::SlotChange;
 
 /// What happens to a workload's pods once the change is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -64,7 +64,7 @@ pub async fn install_crds(client: &Client) {
     CRDS.get_or_init(|| async {
         kubectl_ok(&["apply", "-f", "crds/"]);
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in imagemap::core::crds::all() {
+        for crd in imagemap::core::crd_yaml::all() {
             let name = crd.metadata.name.clone().unwrap();
             wait_for(api.clone(), &name, conditions::is_crd_established()).await;
         }

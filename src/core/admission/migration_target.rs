@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use json_patch::PatchOperation;
 
-use crate::core::admission::pod_slots::PodSlot;
+use crate::core::pod::pod_slots::PodSlot;
 
 /// The patch operations that make each of `slots` run what the source runs in it (`source`:
 /// slot → image); a slot already running it needs none.

@@ -8,6 +8,4 @@
 pub mod migration_target;
 pub mod pod_follows;
 pub mod pod_mutation;
-pub mod pod_slots;
-pub mod records;
 pub mod scope;

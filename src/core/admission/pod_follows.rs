@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::admission::records;
+use crate::core::pod::records;
 use crate::core::rules::{Mode, RuleRef, RuleSet};
 use crate::core::vm_images::{ImageSlot, resolve_slot};
 
@@ -64,8 +64,8 @@ pub fn pod_follows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::admission::records::{ORIGINAL_IMAGES, SKIP_LABEL};
     use crate::core::fixtures::repository_mapping;
+    use crate::core::pod::records::{ORIGINAL_IMAGES, SKIP_LABEL};
     use crate::core::rules::CompileOptions;
 
     #[test]

@@ -20,11 +20,11 @@ use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::Value;
 
 use crate::core::admission::migration_target;
-use crate::core::admission::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots_named};
-use crate::core::admission::records::{
+use crate::core::neonvm::{self, RunnerOwner};
+use crate::core::pod::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots_named};
+use crate::core::pod::records::{
     self, DRY_RUN, IMAGE_RULES, MAPPED, MAPPED_LABEL, ORIGINAL_IMAGES, Records, string_map,
 };
-use crate::core::neonvm::{self, RunnerOwner};
 use crate::core::reference::Reference;
 use crate::core::rules::{Mode, Requester, RuleRef, RuleSet};
 use crate::core::vm_images::{ImageSlot, SlotResolution, resolve_slot};

@@ -35,7 +35,7 @@ pub fn schema(generator: &mut SchemaGenerator) -> Schema {
 mod tests {
     #[test]
     fn every_condition_message_of_every_crd_has_a_max_length() {
-        for crd in crate::core::crds::all() {
+        for crd in crate::core::crd_yaml::all() {
             let yaml = serde_json::to_value(&crd).unwrap();
             let status = &yaml["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
                 ["properties"]["conditions"];

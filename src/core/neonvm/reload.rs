@@ -9,7 +9,7 @@ use crate::core::excerpt::excerpt_to;
 use crate::core::neonvm::{NeonVm, RestartPolicy};
 use crate::core::vm_plan::VmEvent;
 
-pub use crate::core::admission::records::LIVE_RELOAD_LABEL;
+pub use crate::core::pod::records::LIVE_RELOAD_LABEL;
 
 /// A slot whose running image differs from what the rules resolve to now.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -7,15 +7,15 @@
 //! then mapping name and rule index. Rules tied on everything but name and index that
 //! give different results are a conflict. Mapping is single pass.
 
+pub mod change_reach;
 mod conflicts;
 mod index;
-mod mapping;
+mod lookup;
+mod mapping_input;
 mod pattern;
 mod precedence;
 mod problem;
-pub mod reach;
 mod regex_cost;
-mod resolve;
 mod rewrite;
 
 use std::collections::BTreeMap;
@@ -28,7 +28,7 @@ use crate::core::allowed_registries::AllowedRegistries;
 use crate::core::local_registry::LocalRegistry;
 use crate::core::reference::Reference;
 
-pub use mapping::{MappingInput, MappingKey, RuleRef, Scope};
+pub use mapping_input::{MappingInput, MappingKey, RuleRef, Scope};
 pub use pattern::{MatchKind, Pattern};
 pub use problem::{ProblemDetail, ProblemReason, RuleProblem};
 pub use rewrite::Action;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::mapping::{MappingKey, RuleRef};
+use super::mapping_input::{MappingKey, RuleRef};
 
 /// Why a rule or mapping is not (fully) usable: the reason of the mapping's condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -11,10 +11,10 @@
 //! replace or delete), [`conditions`] (the VM's conditions) and [`events`] (what a user must
 //! see).
 
-pub mod conditions;
-pub mod events;
 pub mod pod_decision;
 pub mod restart_backoff;
+pub mod vm_conditions;
+pub mod vm_events;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,11 +151,11 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         recheck = Some(wait);
     }
     let prev_conditions = prev.condition_values();
-    let conditions = conditions::conditions(
+    let conditions = vm_conditions::conditions(
         &prev_conditions,
         vm.metadata.generation,
         &obs.now,
-        &conditions::Readiness {
+        &vm_conditions::Readiness {
             phase: pods.phase.unwrap_or(VmPhase::Pending),
             create_refused: refused.map(|f| f.message.as_str()),
             restart_wait: pods.restart_wait,
@@ -164,7 +164,7 @@ pub fn plan(obs: &Observation<'_>) -> Plan {
         obs.resolution,
         &pods.images,
     );
-    let events = events::events(&pods.transitions, &prev_conditions, &conditions);
+    let events = vm_events::events(&pods.transitions, &prev_conditions, &conditions);
     let settling = !pods.actions.is_empty() || pods.waiting || pods.starting.is_some();
     // A warning's state is written at once, or the next pass would warn again.
     let write_status =
@@ -211,7 +211,7 @@ fn held(vm: &VirtualMachine, prev: VirtualMachineStatus, why: &str, now: &Time) 
         reconciling: &[],
     };
     let conditions = with_kstatus(&build, conditions, &rules);
-    let events = events::events(&[], &prev_conditions, &conditions);
+    let events = vm_events::events(&[], &prev_conditions, &conditions);
     Plan {
         status: VirtualMachineStatus {
             observed_generation: vm.metadata.generation,

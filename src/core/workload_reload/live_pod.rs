@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::core::admission::pod_mutation::{DigestOf, admitted};
-use crate::core::admission::pod_slots::SlotKind;
-use crate::core::admission::records::{self, LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
+use crate::core::pod::pod_slots::SlotKind;
+use crate::core::pod::records::{self, LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
 use crate::core::rules::{MappingKey, RuleRef, RuleSet};
 use crate::core::workload_reload::{Change, PodOwner, changes, image_id_digest, pod_owner};
 

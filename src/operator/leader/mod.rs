@@ -1,6 +1,6 @@
 //! The leader side: what only the leader does — the VirtualMachine controller ([`vms`]:
 //! reconciles, runner pods, and what a rule change asks of them), the mappings' statuses
-//! ([`mapping_statuses`]), live reload of NeonVM's runner pods ([`neonvm_reload`]) and of
+//! ([`mapping_statuses`]), live reload of NeonVM's runner pods ([`neonvm_pods`]) and of
 //! workloads ([`workloads`]) within one [`recreation_budget`], the tags followed
 //! ([`followed_tags`]) and their checks at the registries ([`tags`]), the webhook's
 //! certificates ([`webhook_tls`]) and the report of objects that cannot be read
@@ -11,7 +11,7 @@
 
 pub mod followed_tags;
 pub mod mapping_statuses;
-pub mod neonvm_reload;
+pub mod neonvm_pods;
 pub mod recreation_budget;
 pub mod tags;
 pub mod unreadable_reporter;
@@ -41,7 +41,7 @@ use mapping_statuses::mapping_status_writer::{self, StatusWriter};
 use mapping_statuses::pod_counts::PodCounts;
 use mapping_statuses::pod_scanner::{self, PodScanner};
 use mapping_statuses::status_due::StatusDue;
-use neonvm_reload::runner_reloader::{self, RunnerReloader};
+use neonvm_pods::runner_reloader::{self, RunnerReloader};
 use recreation_budget::RecreationBudget;
 use tags::credentials_watcher::{self, CredentialsWatcher};
 use tags::digest_publisher::{self, DigestPublisher};

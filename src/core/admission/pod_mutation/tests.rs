@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::core::admission::records::SKIP_LABEL;
 use crate::core::fixtures::repository_mapping;
+use crate::core::pod::records::SKIP_LABEL;
 use crate::core::rules::{CompileOptions, MappingInput, Scope};
 
 fn rules(inputs: &[MappingInput]) -> RuleSet {

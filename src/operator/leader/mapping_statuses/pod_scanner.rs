@@ -18,11 +18,11 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
 
-use crate::core::admission::records::{LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
 use crate::core::admission::scope::Excluded;
 use crate::core::excerpt::excerpt;
 use crate::core::namespaced_name::NamespacedName;
-use crate::core::rules::reach::Reach;
+use crate::core::pod::records::{LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
+use crate::core::rules::change_reach::Reach;
 use crate::core::rules::{MappingKey, RuleSet};
 use crate::core::workload_reload::live_pod::LivePod;
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;

@@ -19,9 +19,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::core::admission::pod_follows::pod_follows;
-use crate::core::admission::records::{self, MAPPED, MAPPED_LABEL};
 use crate::core::excerpt::excerpt;
 use crate::core::namespaced_name::NamespacedName;
+use crate::core::pod::records::{self, MAPPED, MAPPED_LABEL};
 use crate::operator::leader::followed_tags::{FollowedTags, Follower};
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;
 use crate::operator::replica::digests::followed::Followed;

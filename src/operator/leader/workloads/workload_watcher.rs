@@ -13,9 +13,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
-use crate::core::admission::records::LIVE_RELOAD_LABEL;
 use crate::core::excerpt::excerpt;
 use crate::core::namespaced_name::NamespacedName;
+use crate::core::pod::records::LIVE_RELOAD_LABEL;
 use crate::core::workload_reload::WorkloadKind;
 use crate::core::workload_reload::live_pod::LivePod;
 use crate::core::workload_reload::workload_status::{

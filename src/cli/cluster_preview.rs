@@ -16,8 +16,8 @@ use super::report::{problem_json, problem_line, source_json};
 use super::resolve::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
 use super::table;
 use crate::core::manifests::{Manifests, ObjectKey, ObjectKind};
-use crate::core::preview::{PodAction, Preview, SlotChange, VmPreview, compile, preview};
 use crate::core::vm_images;
+use crate::core::vm_preview::{PodAction, Preview, SlotChange, VmPreview, compile, preview};
 use crate::core::workload_preview::{WorkloadPreview, preview_workloads};
 
 /// The workloads a change alters, and how many it leaves as they are.
