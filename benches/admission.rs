@@ -407,8 +407,8 @@ fn main() {
             .unwrap();
     let mappings = rule_mix::mappings(RULES, NAMESPACE, Some(&selector));
     let with_rules = admitter(&mappings);
-    assert_eq!(with_rules.rules.current().len(), RULES);
-    assert!(with_rules.rules.current().problems().is_empty());
+    assert_eq!(with_rules.sources.rules.current().len(), RULES);
+    assert!(with_rules.sources.rules.current().problems().is_empty());
     let no_rules = admitter(&[]);
     let cases = cases(quick);
     for case in &cases {

@@ -45,7 +45,7 @@ use serde_json::json;
 use imagemap::core::api::{
     ClusterImageMapping, ClusterImageMappingSpec, ImageMapping, ImageMappingSpec,
 };
-use imagemap::core::rules::Scope;
+use imagemap::core::rules::MappingScope;
 
 use cluster::{CONCURRENCY, is_status, retry};
 use operator_process::OperatorProcess;
@@ -73,7 +73,7 @@ async fn apply_rules(client: &Client, ns: &str) -> anyhow::Result<()> {
         serde_json::from_value(json!({"matchLabels": {"kubernetes.io/metadata.name": ns}}))?;
     let params = PatchParams::apply(MANAGER).force();
     for m in rule_mix::mappings(RULES, ns, Some(&selector)) {
-        if matches!(m.scope, Scope::Cluster) {
+        if matches!(m.scope, MappingScope::Cluster) {
             let name = format!("{ns}-{}", m.name);
             let object = ClusterImageMapping::new(
                 &name,
@@ -478,7 +478,7 @@ async fn main() -> anyhow::Result<()> {
     op.stop()?;
     webhook.set(false).await?;
     for m in rule_mix::mappings(RULES, &ns, None) {
-        if matches!(m.scope, Scope::Cluster) {
+        if matches!(m.scope, MappingScope::Cluster) {
             let _ = Api::<ClusterImageMapping>::all(client.clone())
                 .delete(&format!("{ns}-{}", m.name), &DeleteParams::default())
                 .await;

@@ -17,7 +17,9 @@ use imagemap::core::mapping_status::{
     MappingView, PodTally, VmCount, VmTally, dry_runs, mapping_statuses, statuses,
 };
 use imagemap::core::namespaced_name::NamespacedName;
-use imagemap::core::rules::{CompileOptions, MappingInput, MappingKey, Mode, RuleSet, Scope};
+use imagemap::core::rules::{
+    CompileOptions, MappingInput, MappingKey, MappingScope, Mode, RuleSet,
+};
 use imagemap::core::vm_images::VmView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -45,7 +47,7 @@ fn vms() -> Vec<VirtualMachine> {
 fn inputs() -> Vec<MappingInput> {
     (0..10)
         .map(|m| MappingInput {
-            scope: Scope::Namespaced,
+            scope: MappingScope::Namespaced,
             namespace: Some(format!("ns{m}")),
             name: format!("m{m}"),
             priority: 0,

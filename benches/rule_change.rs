@@ -13,7 +13,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use imagemap::core::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
 use imagemap::core::rule_change::affected_vms;
-use imagemap::core::rules::{CompileOptions, MappingInput, Mode, RuleSet, Scope};
+use imagemap::core::rules::{CompileOptions, MappingInput, MappingScope, Mode, RuleSet};
 use imagemap::core::vm_images::VmView;
 
 const VMS: usize = 10_000;
@@ -39,7 +39,7 @@ fn vms() -> Vec<VirtualMachine> {
 fn rules(target: &str) -> RuleSet {
     let inputs: Vec<MappingInput> = (0..10)
         .map(|m| MappingInput {
-            scope: Scope::Namespaced,
+            scope: MappingScope::Namespaced,
             namespace: Some(format!("ns{m}")),
             name: format!("m{m}"),
             priority: 0,

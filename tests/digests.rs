@@ -11,7 +11,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use imagemap::core::allowed_registries::AllowedRegistries;
-use imagemap::operator::{Options, SecretName};
+use imagemap::core::namespaced_name::NamespacedName;
+use imagemap::operator::Options;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::PostParams;
@@ -443,7 +444,7 @@ async fn operator_with_credentials(
             insecure_registries: vec![registry.host()],
             // The registry, and the token service of the token test (`localhost:PORT`).
             allowed_registries: AllowedRegistries::only(vec![registry.host(), "localhost".into()]),
-            registry_credentials: Some(SecretName {
+            registry_credentials: Some(NamespacedName {
                 namespace: e.ns.clone(),
                 name: secret_name.into(),
             }),
@@ -705,7 +706,7 @@ async fn the_credentials_serve_cluster_rules_and_not_a_tenants_mapping() {
             tag_poll_interval: Duration::from_mins(5),
             insecure_registries: vec![registry.host()],
             allowed_registries: AllowedRegistries::only(vec![registry.host()]),
-            registry_credentials: Some(SecretName {
+            registry_credentials: Some(NamespacedName {
                 namespace: e.ns.clone(),
                 name: secret_name.into(),
             }),

@@ -15,12 +15,11 @@ use std::time::Duration;
 
 use imagemap::core::admission::scope::Excluded;
 use imagemap::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
+use imagemap::core::namespaced_name::NamespacedName;
 use imagemap::core::runner_pod::VM_LABEL;
 use imagemap::core::runner_pod::pod_images;
 use imagemap::core::webhook_certificate::plan::Lifetimes;
-use imagemap::operator::{
-    LeaderElection, LeaseTiming, Options, SecretName, Webhook, WebhookCertificate,
-};
+use imagemap::operator::{LeaderElection, LeaseTiming, Options, Webhook, WebhookCertificate};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Secret, ServiceAccount};
@@ -259,23 +258,20 @@ impl Private {
                 "mirror2.io".into(),
                 "x.io".into(),
             ]),
-            registry_credentials: Some(SecretName {
+            registry_credentials: Some(NamespacedName {
                 namespace: SYSTEM_NS.into(),
                 name: CREDENTIALS_SECRET.into(),
             }),
             registry_credentials_namespaces: vec![ns.to_string()],
             // Under leader election the leader publishes the digests it verified beside its
             // Lease, as `--leader-elect` sets it.
-            published_digests: Some(imagemap::core::namespaced_name::NamespacedName::new(
-                SYSTEM_NS,
-                PUBLISHED_DIGESTS,
-            )),
+            published_digests: Some(NamespacedName::new(SYSTEM_NS, PUBLISHED_DIGESTS)),
             // The install's webhook: the leader keeps its Secret and configuration.
             webhook: Some(Webhook {
                 addr: format!("127.0.0.1:{}", free_port()),
                 drain: Duration::ZERO,
                 certificate: WebhookCertificate::Secret {
-                    secret: SecretName {
+                    secret: NamespacedName {
                         namespace: SYSTEM_NS.into(),
                         name: WEBHOOK_SECRET.into(),
                     },

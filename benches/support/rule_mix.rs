@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each benchmark uses part of it
 
 use imagemap::core::api::{MappingRule, RuleMatch};
-use imagemap::core::rules::{MappingInput, Scope};
+use imagemap::core::rules::{MappingInput, MappingScope};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Rule `i` of the mix.
@@ -55,9 +55,9 @@ pub fn mappings(
             let cluster = m % 11 == 10;
             MappingInput {
                 scope: if cluster {
-                    Scope::Cluster
+                    MappingScope::Cluster
                 } else {
-                    Scope::Namespaced
+                    MappingScope::Namespaced
                 },
                 namespace: (!cluster).then(|| namespace.to_string()),
                 name: format!("mapping-{m}"),

@@ -2,7 +2,7 @@
 
 use http::Method;
 
-use super::OTHER_RESOURCE;
+use super::request_counts::OTHER_RESOURCE;
 
 /// Classifies a request like the API server's audit log does: the verb, and the plural resource
 /// with its subresource (`pods`, `virtualmachines/status`). Requests outside the resource API

@@ -8,8 +8,11 @@ use std::task::{Context, Poll, ready};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-use super::ApiRequests;
+use kube::client::ClientBuilder;
+use kube::{Client, Config};
+
 use super::classify::classify;
+use super::request_counts::ApiRequests;
 
 /// The tower layer counting requests into an [`ApiRequests`].
 #[derive(Debug, Clone)]
@@ -114,4 +117,25 @@ impl Pending {
     fn finish(self, code: String) {
         self.requests.record(self.verb, self.resource, code);
     }
+}
+
+impl ApiRequests {
+    /// A tower layer that counts into this table, for `ClientBuilder::with_layer`.
+    pub fn layer(&self) -> ApiRequestsLayer {
+        ApiRequestsLayer {
+            requests: self.clone(),
+        }
+    }
+}
+
+/// Builds a client like `Client::try_from(config)` (same connector, TLS, auth, retry and
+/// tracing stack) that also counts its requests into the returned [`ApiRequests`].
+///
+/// Like `Client::try_from`, it must be called within a Tokio runtime.
+pub fn client_with_counter(config: Config) -> Result<(Client, ApiRequests), kube::Error> {
+    let requests = ApiRequests::new();
+    let client = ClientBuilder::try_from(config)?
+        .with_layer(&requests.layer())
+        .build();
+    Ok((client, requests))
 }

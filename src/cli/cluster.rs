@@ -3,6 +3,7 @@
 //! the cluster's local registry — through a kubeconfig, as kubectl reads it. Read-only: the
 //! `imagemap-view` role suffices.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -10,7 +11,7 @@ use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, ResourceExt};
 
-use super::preview_scope::Scope;
+use super::preview_scope::PreviewScope;
 use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::core::excerpt::excerpt;
 use crate::core::local_registry::{self, LocalRegistry};
@@ -56,8 +57,11 @@ pub async fn connect(target: &Target) -> Result<(Client, String), String> {
 
 /// The objects the preview resolves, as the cluster holds them now — the VMs and
 /// ImageMappings of the namespaces in `scope` (one list of each per namespace), of all with
-/// [`Scope::All`] — and notes on what could not be read.
-pub async fn read(client: &Client, scope: &Scope) -> Result<(Manifests, Vec<String>), String> {
+/// [`PreviewScope::All`] — and notes on what could not be read.
+pub async fn read(
+    client: &Client,
+    scope: &PreviewScope,
+) -> Result<(Manifests, Vec<String>), String> {
     let mut notes = Vec::new();
     let all = ListParams::default();
     let listed =
@@ -148,4 +152,19 @@ pub async fn read(client: &Client, scope: &Scope) -> Result<(Manifests, Vec<Stri
         },
         notes,
     ))
+}
+
+/// A runtime for the commands that read the cluster; `None` (said on `err`) when there is
+/// none.
+pub fn runtime(err: &mut dyn Write) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let _ = writeln!(err, "error: no async runtime: {e}");
+            None
+        }
+    }
 }

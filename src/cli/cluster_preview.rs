@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use super::cluster::{self, Target};
 use super::cluster_workloads;
 use super::manifest_files;
-use super::preview_scope::{self, NamespaceMismatch, Scope, ScopeRequest};
+use super::preview_scope::{self, NamespaceMismatch, PreviewScope, ScopeRequest};
 use super::report::{problem_json, problem_line, source_json};
-use super::resolve::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
+use super::resolve_args::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
 use super::table;
 use crate::core::manifests::{Manifests, ObjectKey, ObjectKind};
 use crate::core::vm_images;
-use crate::core::vm_preview::{PodAction, Preview, SlotChange, VmPreview, compile, preview};
+use crate::core::vm_preview::{PodFate, Preview, SlotChange, VmPreview, compile, preview};
 use crate::core::workload_preview::{WorkloadPreview, preview_workloads};
 
 /// The workloads a change alters, and how many it leaves as they are.
@@ -26,7 +26,7 @@ type Workloads = (Vec<WorkloadPreview>, usize);
 /// Runs the preview; returns the exit status: 2 when the cluster or a file cannot be read,
 /// 1 when the change brings new problems (or, with `--exit-code`, changes anything), else 0.
 pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let Some(runtime) = super::resolve::runtime(err) else {
+    let Some(runtime) = cluster::runtime(err) else {
         return EXIT_USAGE;
     };
     let target = Target {
@@ -37,7 +37,7 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let (client, context_namespace) = cluster::connect(&target).await?;
         // As kubectl: --namespace, else the context's, for objects that name none.
         let namespace = args.namespace.clone().unwrap_or(context_namespace);
-        let change = Change::load(args, &namespace)?;
+        let change = ProposedChange::load(args, &namespace)?;
         let scope = change.scope(args, &namespace).map_err(|e| e.to_string())?;
         let (mut live, mut notes) = cluster::read(&client, &scope).await?;
         let (templates, more) = cluster_workloads::read(&client, &scope).await;
@@ -101,7 +101,7 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
 }
 
 /// The change a preview shows: the objects of the -f files, and those `--delete` removes.
-struct Change {
+struct ProposedChange {
     files: Manifests,
     /// What the files `--delete` names hold.
     deleted_from_files: Vec<ObjectKey>,
@@ -109,12 +109,12 @@ struct Change {
     deleted_named: Vec<ObjectKey>,
 }
 
-impl Change {
+impl ProposedChange {
     /// Reads the -f files and what `--delete` names; objects without a namespace are in
     /// `namespace`.
-    fn load(args: &ResolveArgs, namespace: &str) -> Result<Change, String> {
+    fn load(args: &ResolveArgs, namespace: &str) -> Result<ProposedChange, String> {
         let files = manifest_files::load(&args.files, namespace).map_err(|e| e.to_string())?;
-        let mut change = Change {
+        let mut change = ProposedChange {
             files,
             deleted_from_files: Vec::new(),
             deleted_named: Vec::new(),
@@ -129,7 +129,11 @@ impl Change {
     }
 
     /// The namespaces the preview looks at (see [`preview_scope`]).
-    fn scope(&self, args: &ResolveArgs, namespace: &str) -> Result<Scope, NamespaceMismatch> {
+    fn scope(
+        &self,
+        args: &ResolveArgs,
+        namespace: &str,
+    ) -> Result<PreviewScope, NamespaceMismatch> {
         let mut from_files = self.files.keys();
         from_files.extend(self.deleted_from_files.iter().cloned());
         preview_scope::scope(&ScopeRequest {
@@ -216,12 +220,12 @@ fn problem_lines(p: &Preview) -> Vec<String> {
 /// What happens to a VM's pod, as the table says it.
 fn pod_cell(v: &VmPreview) -> &'static str {
     match v.action {
-        PodAction::Recreate => "recreated (liveReload)",
-        PodAction::RestartRequired => "kept: RestartRequired",
-        PodAction::Create => "created",
-        PodAction::Keep => "kept: images do not resolve",
-        PodAction::Remove => "removed with the VM",
-        PodAction::Unchanged => "unchanged",
+        PodFate::Recreate => "recreated (liveReload)",
+        PodFate::RestartRequired => "kept: RestartRequired",
+        PodFate::Create => "created",
+        PodFate::Keep => "kept: images do not resolve",
+        PodFate::Remove => "removed with the VM",
+        PodFate::Unchanged => "unchanged",
     }
 }
 
@@ -287,7 +291,7 @@ fn workloads_table(workloads: &Workloads) -> String {
     out
 }
 
-fn to_table(p: &Preview, workloads: &Workloads, scope: &Scope) -> String {
+fn to_table(p: &Preview, workloads: &Workloads, scope: &PreviewScope) -> String {
     let mut rows = vec![[
         "VIRTUALMACHINE".to_string(),
         "POD".into(),
@@ -326,7 +330,7 @@ fn to_table(p: &Preview, workloads: &Workloads, scope: &Scope) -> String {
     out
 }
 
-fn to_json(p: &Preview, workloads: &Workloads, scope: &Scope) -> Value {
+fn to_json(p: &Preview, workloads: &Workloads, scope: &PreviewScope) -> Value {
     let changed: Vec<Value> = workloads
         .0
         .iter()
@@ -364,7 +368,7 @@ fn to_json(p: &Preview, workloads: &Workloads, scope: &Scope) -> Value {
         "unchanged": p.unchanged,
         "problems": problems,
         "namespaces": scope.namespaces(),
-        "allNamespaces": scope == &Scope::All,
+        "allNamespaces": scope == &PreviewScope::All,
     })
 }
 
@@ -420,7 +424,7 @@ mod tests {
 
     #[test]
     fn the_output_names_the_namespaces_looked_at() {
-        let scope = Scope::Namespaces(["e2e-preview".into(), "default".into()].into());
+        let scope = PreviewScope::Namespaces(["e2e-preview".into(), "default".into()].into());
         let nothing = Preview::default();
         let none = (Vec::new(), 0);
         assert_eq!(
@@ -432,8 +436,8 @@ mod tests {
         let json = to_json(&nothing, &none, &scope);
         assert_eq!(json["namespaces"], json!(["default", "e2e-preview"]));
         assert_eq!(json["allNamespaces"], false);
-        assert!(to_table(&nothing, &none, &Scope::All).ends_with("\nall namespaces\n"));
-        let json = to_json(&nothing, &none, &Scope::All);
+        assert!(to_table(&nothing, &none, &PreviewScope::All).ends_with("\nall namespaces\n"));
+        let json = to_json(&nothing, &none, &PreviewScope::All);
         assert_eq!(json["namespaces"], Value::Null);
         assert_eq!(json["allNamespaces"], true);
     }

@@ -8,7 +8,7 @@ use kube::api::{DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client};
 
-use super::preview_scope::Scope;
+use super::preview_scope::PreviewScope;
 use crate::core::excerpt::excerpt;
 use crate::core::pod_template::{PodTemplate, TemplateKind};
 
@@ -35,7 +35,7 @@ fn controlled(object: &DynamicObject) -> bool {
 }
 
 /// The pod templates of the namespaces in `scope`, and notes on what could not be read.
-pub async fn read(client: &Client, scope: &Scope) -> (Vec<PodTemplate>, Vec<String>) {
+pub async fn read(client: &Client, scope: &PreviewScope) -> (Vec<PodTemplate>, Vec<String>) {
     let (mut templates, mut notes) = (Vec::new(), Vec::new());
     let namespaces: Vec<Option<&str>> = match scope.namespaces() {
         None => vec![None],

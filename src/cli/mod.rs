@@ -9,6 +9,7 @@ pub mod manifest_files;
 pub mod preview_scope;
 mod report;
 pub mod resolve;
+pub mod resolve_args;
 pub mod run;
 pub mod status;
 pub mod table;
@@ -26,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Resolve images through ImageMappings offline, as the operator would.
-    Resolve(Box<resolve::ResolveArgs>),
+    Resolve(Box<resolve_args::ResolveArgs>),
     /// Print the CustomResourceDefinitions as YAML.
     Crds(crds::CrdsArgs),
     /// Run the operator against the cluster of KUBECONFIG (or in-cluster credentials).

@@ -12,29 +12,29 @@ use crate::core::manifests::{ObjectKey, ObjectKind};
 
 /// The namespaces a preview looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scope {
+pub enum PreviewScope {
     /// Every namespace (`-A`).
     All,
     /// These, sorted.
     Namespaces(BTreeSet<String>),
 }
 
-impl Scope {
+impl PreviewScope {
     /// The namespaces, `None` for every namespace.
     #[must_use]
     pub fn namespaces(&self) -> Option<&BTreeSet<String>> {
         match self {
-            Scope::All => None,
-            Scope::Namespaces(set) => Some(set),
+            PreviewScope::All => None,
+            PreviewScope::Namespaces(set) => Some(set),
         }
     }
 }
 
-impl std::fmt::Display for Scope {
+impl std::fmt::Display for PreviewScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Scope::All => write!(f, "all namespaces"),
-            Scope::Namespaces(set) => {
+            PreviewScope::All => write!(f, "all namespaces"),
+            PreviewScope::Namespaces(set) => {
                 let names: Vec<&str> = set.iter().map(String::as_str).collect();
                 write!(f, "namespaces: {}", names.join(", "))
             }
@@ -73,9 +73,9 @@ pub struct NamespaceMismatch {
 
 /// The scope of a preview, or the first object (in key order) that names another
 /// namespace than `-n`.
-pub fn scope(request: &ScopeRequest<'_>) -> Result<Scope, NamespaceMismatch> {
+pub fn scope(request: &ScopeRequest<'_>) -> Result<PreviewScope, NamespaceMismatch> {
     if request.all_namespaces {
-        return Ok(Scope::All);
+        return Ok(PreviewScope::All);
     }
     if request.namespace_given {
         let mismatch = request
@@ -97,7 +97,7 @@ pub fn scope(request: &ScopeRequest<'_>) -> Result<Scope, NamespaceMismatch> {
         .filter_map(namespace_named);
     let mut set: BTreeSet<String> = named.map(str::to_string).collect();
     set.insert(request.default_namespace.to_string());
-    Ok(Scope::Namespaces(set))
+    Ok(PreviewScope::Namespaces(set))
 }
 
 /// Whether objects of `kind` are previewed in their namespace. Not the local registry
@@ -148,8 +148,8 @@ mod tests {
         }
     }
 
-    fn namespaces(names: &[&str]) -> Scope {
-        Scope::Namespaces(names.iter().map(ToString::to_string).collect())
+    fn namespaces(names: &[&str]) -> PreviewScope {
+        PreviewScope::Namespaces(names.iter().map(ToString::to_string).collect())
     }
 
     #[test]
@@ -235,9 +235,9 @@ mod tests {
             all_namespaces: true,
             ..request("dev", false, &files, &[])
         };
-        assert_eq!(scope(&all).unwrap(), Scope::All);
-        assert_eq!(Scope::All.to_string(), "all namespaces");
-        assert_eq!(Scope::All.namespaces(), None);
+        assert_eq!(scope(&all).unwrap(), PreviewScope::All);
+        assert_eq!(PreviewScope::All.to_string(), "all namespaces");
+        assert_eq!(PreviewScope::All.namespaces(), None);
         assert_eq!(
             namespaces(&["prod", "dev"]).to_string(),
             "namespaces: dev, prod"

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use super::follow_tags::Digests;
-use super::resolve::ResolveArgs;
+use super::resolve_args::ResolveArgs;
 use super::table;
 use crate::core::manifests::Manifests;
 use crate::core::pod::records;

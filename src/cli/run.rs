@@ -13,7 +13,7 @@ use crate::core::vm_images;
 use crate::core::webhook_certificate::plan::Lifetimes;
 use crate::operator::{
     self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
-    SecretName, TokenFile, Webhook, WebhookCertificate, health,
+    TokenFile, Webhook, WebhookCertificate, health,
 };
 
 /// Arguments of `imagemap run`.
@@ -204,7 +204,7 @@ impl RunArgs {
             registry_notifications,
             registry_credentials_namespaces: self.registry_credentials_namespaces.clone(),
             registry_credentials: self.registry_credentials_secret.as_ref().map(|name| {
-                SecretName {
+                NamespacedName {
                     namespace: own_namespace.to_string(),
                     name: name.clone(),
                 }
@@ -244,7 +244,7 @@ impl RunArgs {
             &self.webhook_secret,
         ) {
             (None, None, Some(secret)) => WebhookCertificate::Secret {
-                secret: SecretName {
+                secret: NamespacedName {
                     namespace: own_namespace.to_string(),
                     name: secret.clone(),
                 },

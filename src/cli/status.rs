@@ -15,10 +15,12 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
+use super::cluster::runtime;
 use super::cluster::{self, Target};
-use super::preview_scope::Scope;
-use super::resolve::{EXIT_OK, EXIT_USAGE, Output, compile_options, runtime};
+use super::preview_scope::PreviewScope;
+use super::resolve_args::{EXIT_OK, EXIT_USAGE, Output, compile_options};
 use super::table;
+use crate::core::admission::pod_view::Admission;
 use crate::core::excerpt::excerpt;
 use crate::core::neonvm::reload::LIVE_RELOAD_LABEL;
 use crate::core::neonvm::{self, NeonVm};
@@ -66,7 +68,7 @@ struct VmStatus {
 /// The VMs of `scope` with their runner pods; `None` when NeonVM is not installed.
 async fn read_vms(
     client: &Client,
-    scope: &Scope,
+    scope: &PreviewScope,
 ) -> Result<Option<Vec<(NeonVm, Option<Pod>)>>, String> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(neonvm::GROUP, "v1", "VirtualMachine"),
@@ -144,9 +146,9 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let read = runtime.block_on(async {
         let (client, context_namespace) = cluster::connect(&target).await?;
         let scope = if args.all_namespaces {
-            Scope::All
+            PreviewScope::All
         } else {
-            Scope::Namespaces([args.namespace.clone().unwrap_or(context_namespace)].into())
+            PreviewScope::Namespaces([args.namespace.clone().unwrap_or(context_namespace)].into())
         };
         let (live, notes) = cluster::read(&client, &scope).await?;
         let vms = read_vms(&client, &scope).await?;
@@ -170,22 +172,22 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         return EXIT_OK;
     };
     let rules = crate::core::vm_preview::compile(&live, &compile_options(&args.allowed_registries));
+    let labels_of = |namespace: &str| {
+        crate::core::vm_images::namespace_labels(
+            namespace,
+            live.namespaces.get(namespace).unwrap_or(&BTreeMap::new()),
+        )
+    };
+    let admission = Admission::without_digests(&rules, &labels_of);
     let shown: Vec<VmStatus> = vms
         .into_iter()
         .map(|(vm, pod)| {
-            let labels = crate::core::vm_images::namespace_labels(
-                &vm.namespace,
-                live.namespaces
-                    .get(&vm.namespace)
-                    .unwrap_or(&BTreeMap::new()),
-            );
             let images = pod.as_ref().map(neonvm::runner_images);
             VmStatus {
                 slots: slot_statuses(
                     &vm,
                     images.as_ref(),
-                    &rules,
-                    &labels,
+                    &admission,
                     args.neonvm_default_runner_image.as_deref(),
                 ),
                 live_reload: vm.labels.get(LIVE_RELOAD_LABEL).map(String::as_str) == Some("true"),

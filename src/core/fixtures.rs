@@ -1,12 +1,12 @@
 //! Objects the unit tests of several modules build alike.
 
 use crate::core::api::{MappingRule, RuleMatch, VirtualMachine, VirtualMachineSpec};
-use crate::core::rules::{MappingInput, MappingKey, Scope};
+use crate::core::rules::{MappingInput, MappingKey, MappingScope};
 
 /// The key of ImageMapping `dev/<name>`.
 pub fn mapping_key(name: &str) -> MappingKey {
     MappingKey {
-        scope: Scope::Namespaced,
+        scope: MappingScope::Namespaced,
         namespace: Some("dev".into()),
         name: name.into(),
     }
@@ -15,7 +15,7 @@ pub fn mapping_key(name: &str) -> MappingKey {
 /// An ImageMapping in `dev` with one rule: `repository: repo` → `to`.
 pub fn repository_mapping(name: &str, repo: &str, to: &str, dry_run: bool) -> MappingInput {
     MappingInput {
-        scope: Scope::Namespaced,
+        scope: MappingScope::Namespaced,
         namespace: Some("dev".into()),
         name: name.into(),
         priority: 0,

@@ -14,7 +14,7 @@ use crate::core::conditions::{Conditions, KstatusRules, Status, kind, reason, wi
 use crate::core::excerpt::cut_bytes;
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::rules::{
-    MappingKey, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet, Scope,
+    MappingKey, MappingScope, ProblemDetail, ProblemReason, RuleProblem, RuleRef, RuleSet,
 };
 use crate::core::vm_images::VmView;
 
@@ -36,7 +36,7 @@ impl<'a> From<&'a ImageMapping> for MappingView<'a> {
     fn from(m: &'a ImageMapping) -> Self {
         MappingView {
             key: MappingKey {
-                scope: Scope::Namespaced,
+                scope: MappingScope::Namespaced,
                 namespace: m.namespace(),
                 name: m.name_any(),
             },
@@ -52,7 +52,7 @@ impl<'a> From<&'a ClusterImageMapping> for MappingView<'a> {
     fn from(m: &'a ClusterImageMapping) -> Self {
         MappingView {
             key: MappingKey {
-                scope: Scope::Cluster,
+                scope: MappingScope::Cluster,
                 namespace: None,
                 name: m.name_any(),
             },

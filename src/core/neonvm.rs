@@ -35,7 +35,7 @@ pub const KERNEL_CONTAINER: &str = "init-kernel";
 
 /// What a NeonVM VM restarts its runner after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestartPolicy {
+pub enum NeonVmRestartPolicy {
     Always,
     OnFailure,
     Never,
@@ -57,7 +57,7 @@ pub struct NeonVm {
     pub extra: Vec<(String, String)>,
     /// `spec.runnerImage`; `None`: the controller's own default.
     pub runner: Option<String>,
-    pub restart_policy: RestartPolicy,
+    pub restart_policy: NeonVmRestartPolicy,
     pub phase: Option<String>,
     /// The runner pod the status names.
     pub pod_name: Option<String>,
@@ -86,9 +86,9 @@ impl NeonVm {
             })
             .unwrap_or_default();
         let restart_policy = match text(spec, &["restartPolicy"]).as_deref() {
-            Some("Never") => RestartPolicy::Never,
-            Some("OnFailure") => RestartPolicy::OnFailure,
-            _ => RestartPolicy::Always,
+            Some("Never") => NeonVmRestartPolicy::Never,
+            Some("OnFailure") => NeonVmRestartPolicy::OnFailure,
+            _ => NeonVmRestartPolicy::Always,
         };
         Some(NeonVm {
             namespace: text(metadata, &["namespace"])?,
@@ -226,7 +226,7 @@ mod tests {
             "status": {"phase": "Migrating", "podName": "compute-abcde"}
         });
         let vm = NeonVm::read(&object).expect("a VM");
-        assert_eq!(vm.restart_policy, RestartPolicy::Never);
+        assert_eq!(vm.restart_policy, NeonVmRestartPolicy::Never);
         assert!(vm.migrating());
         assert_eq!(vm.pod_name.as_deref(), Some("compute-abcde"));
         let slots: Vec<(String, String)> = vm
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(
             NeonVm::read(&json!({"metadata": {"name": "x", "namespace": "dev"}}))
                 .map(|v| v.restart_policy),
-            Some(RestartPolicy::Always)
+            Some(NeonVmRestartPolicy::Always)
         );
     }
 

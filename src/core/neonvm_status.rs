@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::core::admission::pod_mutation::admitted;
+use crate::core::admission::pod_view::Admission;
 use crate::core::neonvm::NeonVm;
-use crate::core::rules::RuleSet;
 
 /// One slot of a VM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -28,23 +27,25 @@ pub struct SlotStatus {
     pub current: bool,
 }
 
-/// The slots of `vm` under `rules`, its namespace labelled `namespace_labels`, its runner pod
-/// running `pod` (slot → image); a VM without `runnerImage` requests `default_runner`.
+/// The slots of `vm` as `admission` maps its runner pod, the pod running `pod` (slot →
+/// image); a VM without `runnerImage` requests `default_runner`.
 #[must_use]
 pub fn slot_statuses(
     vm: &NeonVm,
     pod: Option<&BTreeMap<String, String>>,
-    rules: &RuleSet,
-    namespace_labels: &BTreeMap<String, String>,
+    admission: &Admission<'_>,
     default_runner: Option<&str>,
 ) -> Vec<SlotStatus> {
-    let who = vm.requester(namespace_labels);
-    vm.slots(default_runner)
+    let slots = vm.slots(default_runner);
+    let asked = slots
+        .iter()
+        .map(|s| (s.slot.as_str(), s.requested.as_str()));
+    admission
+        .slots(&vm.namespace, &vm.labels, asked)
         .into_iter()
-        .map(|slot| {
-            let (resolution, image, _) =
-                admitted(rules, &who, &slot.slot, &slot.requested, &|_, _, _| None);
-            let running = pod.and_then(|p| p.get(&slot.slot)).cloned();
+        .map(|outcome| {
+            let (resolution, image) = (outcome.resolution, outcome.image);
+            let running = pod.and_then(|p| p.get(&outcome.slot)).cloned();
             let current = match (&image, &running) {
                 (Some(image), Some(running)) => {
                     running == image
@@ -61,8 +62,8 @@ pub fn slot_statuses(
                 resolved: image,
                 running,
                 current,
-                requested: slot.requested,
-                slot: slot.slot,
+                requested: outcome.requested,
+                slot: outcome.slot,
             }
         })
         .collect()
@@ -72,7 +73,7 @@ pub fn slot_statuses(
 mod tests {
     use super::*;
     use crate::core::fixtures::repository_mapping;
-    use crate::core::rules::CompileOptions;
+    use crate::core::rules::{CompileOptions, RuleSet};
 
     #[test]
     fn each_slot_says_what_it_resolves_to_and_whether_the_pod_runs_it() {
@@ -94,8 +95,9 @@ mod tests {
             ("rootDisk".to_string(), "neondatabase/vm:17".to_string()),
             ("runner".to_string(), "runner:1".to_string()),
         ]);
-        let none = BTreeMap::new();
-        let statuses = slot_statuses(&vm, Some(&pod), &rules, &none, Some("runner:1"));
+        let unlabelled = |_: &str| BTreeMap::new();
+        let admission = Admission::without_digests(&rules, &unlabelled);
+        let statuses = slot_statuses(&vm, Some(&pod), &admission, Some("runner:1"));
         assert_eq!(statuses.len(), 2);
         let disk = &statuses[0];
         assert_eq!(disk.resolved.as_deref(), Some("mirror.io/vm:17"));
@@ -108,7 +110,7 @@ mod tests {
         let runner = &statuses[1];
         assert!(runner.current && runner.rule.is_none());
         assert!(
-            slot_statuses(&vm, None, &rules, &none, None)
+            slot_statuses(&vm, None, &admission, None)
                 .iter()
                 .all(|s| !s.current)
         );

@@ -16,7 +16,7 @@ use crate::core::vm_images::{self, SlotResolution, VmResolution};
 
 /// What the operator does to a VM's pod once the change is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum PodAction {
+pub enum PodFate {
     /// Its pod is replaced by one with the new images (`liveReload: true`).
     Recreate,
     /// Its pod stays and the VM reports `RestartRequired` (`liveReload: false`).
@@ -31,17 +31,17 @@ pub enum PodAction {
     Unchanged,
 }
 
-impl PodAction {
+impl PodFate {
     /// As the JSON output names it.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
-            PodAction::Recreate => "recreate",
-            PodAction::RestartRequired => "restartRequired",
-            PodAction::Create => "create",
-            PodAction::Keep => "keep",
-            PodAction::Remove => "remove",
-            PodAction::Unchanged => "unchanged",
+            PodFate::Recreate => "recreate",
+            PodFate::RestartRequired => "restartRequired",
+            PodFate::Create => "create",
+            PodFate::Keep => "keep",
+            PodFate::Remove => "remove",
+            PodFate::Unchanged => "unchanged",
         }
     }
 }
@@ -76,7 +76,7 @@ pub struct VmPreview {
     pub namespace: String,
     pub name: String,
     pub live_reload: bool,
-    pub action: PodAction,
+    pub action: PodFate,
     pub slots: Vec<SlotChange>,
     /// Problems of its images after the change that it does not have now: images that do
     /// not resolve, conflicts.
@@ -176,7 +176,7 @@ pub fn preview(
         resolution.pin(|_, _| (None, None), &recorded);
         let before = current.map(|v| resolve(&old_set, now, v));
         let one = vm_preview(vm, current, &recorded, &resolution, before.as_ref());
-        if one.action == PodAction::Unchanged && one.new_problems.is_empty() {
+        if one.action == PodFate::Unchanged && one.new_problems.is_empty() {
             unchanged += 1;
         } else {
             vms.push(one);
@@ -188,7 +188,7 @@ pub fn preview(
                 namespace: namespace.clone(),
                 name: name.clone(),
                 live_reload: vm.spec.live_reload,
-                action: PodAction::Remove,
+                action: PodFate::Remove,
                 slots: Vec::new(),
                 new_problems: Vec::new(),
             });
@@ -223,15 +223,15 @@ fn vm_preview(
         && recorded.len() == slots.len()
         && recorded.iter().zip(&slots).all(|(r, s)| r.slot == s.slot);
     let action = if same {
-        PodAction::Unchanged
+        PodFate::Unchanged
     } else if !after.all_resolved() {
-        PodAction::Keep
+        PodFate::Keep
     } else if !has_pod {
-        PodAction::Create
+        PodFate::Create
     } else if vm.spec.live_reload {
-        PodAction::Recreate
+        PodFate::Recreate
     } else {
-        PodAction::RestartRequired
+        PodFate::RestartRequired
     };
     let problems = |r: &VmResolution| -> BTreeSet<String> { slot_problems(r).collect() };
     let was = before.map(problems).unwrap_or_default();
@@ -364,8 +364,8 @@ status:
         assert_eq!(
             actions,
             [
-                ("live", PodAction::Recreate),
-                ("steady", PodAction::RestartRequired)
+                ("live", PodFate::Recreate),
+                ("steady", PodFate::RestartRequired)
             ]
         );
         let disk = &p.vms[0].slots[0];
@@ -386,11 +386,11 @@ status:
             "[{match: {regex: 'docker.io/library/(disk)'}, to: 'mirror.io/UPPER/$1'}, {match: {repository: other}, to: a.io/o}, {match: {repository: other}, to: b.io/o}]",
         ));
         let live = p.vms.iter().find(|v| v.name == "live").unwrap();
-        assert_eq!(live.action, PodAction::Keep);
+        assert_eq!(live.action, PodFate::Keep);
         assert!(live.slots[0].after.is_err());
         assert_eq!(live.new_problems.len(), 1, "{:?}", live.new_problems);
         let other = p.vms.iter().find(|v| v.name == "other").unwrap();
-        assert_eq!(other.action, PodAction::Recreate);
+        assert_eq!(other.action, PodFate::Recreate);
         assert!(
             other.new_problems[0].contains("conflicts with"),
             "{other:?}"
@@ -417,7 +417,7 @@ status:
         let actions: Vec<_> = p.vms.iter().map(|v| (v.name.as_str(), v.action)).collect();
         assert_eq!(
             actions,
-            [("new", PodAction::Create), ("steady", PodAction::Remove)],
+            [("new", PodFate::Create), ("steady", PodFate::Remove)],
             "the followed tag keeps its recorded digest: unchanged"
         );
         assert_eq!(p.unchanged, 3);
@@ -432,7 +432,7 @@ status:
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: local-registry-hosting, namespace: kube-public}\ndata:\n  localRegistryHosting.v1: |\n    host: localhost:5000\n    hostFromContainerRuntime: k3d-reg:5000\n",
         ));
         let p = preview(&now, &after, &CompileOptions::default(), "r.io/runner:1");
-        assert_eq!(p.vms[0].action, PodAction::Recreate);
+        assert_eq!(p.vms[0].action, PodFate::Recreate);
         assert_eq!(p.vms[0].slots[0].after.as_deref(), Ok("k3d-reg:5000/app:1"));
     }
 }

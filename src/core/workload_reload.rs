@@ -18,7 +18,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-pub use crate::core::neonvm::reload::Change;
+use crate::core::stale_slot::{StaleSlot, stale_slots};
 
 /// The kinds of workload live reload rolls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,8 +107,8 @@ pub fn changes(
     running: &BTreeMap<String, String>,
     resolved: &BTreeMap<String, String>,
     image_ids: &BTreeMap<String, String>,
-) -> Vec<Change> {
-    let mut changes = crate::core::neonvm::reload::changes(running, resolved);
+) -> Vec<StaleSlot> {
+    let mut changes = stale_slots(running, resolved);
     changes.retain(|change| {
         let Some(digest) = change
             .resolved

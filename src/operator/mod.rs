@@ -43,12 +43,12 @@ pub use observe::progress::Progress;
 pub use observe::{health, metrics};
 pub use options::token_file::TokenFile;
 pub use options::{
-    DEFAULT_CONCURRENCY, Options, RegistryNotifications, SecretName, Webhook, WebhookCertificate,
+    DEFAULT_CONCURRENCY, Options, RegistryNotifications, Webhook, WebhookCertificate,
 };
 pub use replica::watches::cached_pod::CachedPod;
 pub use replica::watches::caches::Caches;
-pub use replica::watches::projection::Projection;
 pub use replica::webhook::handler::{Admitter, Answered, NotAReview};
+pub use watch_toolkit::cache_events::Projection;
 pub use watch_toolkit::listed::{CachesListed, Listed};
 pub use writes::requests::FIELD_MANAGER;
 
@@ -196,7 +196,7 @@ fn write_side(
 async fn start_webhook(
     client: &Client,
     options: &Options,
-    read: &replica::ReadSide,
+    read: &replica::ReplicaSide,
     observers: &Observers,
 ) -> anyhow::Result<Option<replica::webhook::Serving>> {
     let Some(webhook) = &options.webhook else {
@@ -206,7 +206,8 @@ async fn start_webhook(
         client,
         webhook,
         &options.namespaces,
-        read,
+        read.admission.clone(),
+        [read.rules_loaded.clone(), read.digests_loaded.clone()],
         &observers.health,
         Arc::clone(&observers.metrics),
     )

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::core::allowed_registries::AllowedRegistries;
 use crate::core::local_registry::{LocalRegistry, Vantage};
+use crate::core::namespaced_name::NamespacedName;
 use crate::core::rules::CompileOptions;
 use crate::core::vm_images;
 use crate::registry::Reach;
@@ -35,7 +36,7 @@ pub struct Options {
     pub registry_notifications: Option<RegistryNotifications>,
     /// The `kubernetes.io/dockerconfigjson` Secret digest checks take credentials from;
     /// `None`: registries are asked anonymously.
-    pub registry_credentials: Option<SecretName>,
+    pub registry_credentials: Option<NamespacedName>,
     /// Namespaces whose ImageMappings' followed tags are checked with the credentials too
     /// (the ClusterImageMappings' always are).
     pub registry_credentials_namespaces: Vec<String>,
@@ -47,23 +48,10 @@ pub struct Options {
     pub neonvm_default_runner_image: Option<String>,
     /// Where the leader publishes the digests it verified for every replica (under leader
     /// election); `None`: no other replica to tell.
-    pub published_digests: Option<crate::core::namespaced_name::NamespacedName>,
+    pub published_digests: Option<NamespacedName>,
     /// The least time between two scans of one namespace for pods admission did not map,
     /// after rule changes.
     pub pod_scan_namespace_interval: Duration,
-}
-
-/// A Secret the operator reads, by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretName {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl std::fmt::Display for SecretName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
 }
 
 /// The push notification endpoint: its address and the file holding the bearer token
@@ -102,7 +90,7 @@ pub enum WebhookCertificate {
     /// every replica serves) and the `caBundle` of the MutatingWebhookConfiguration
     /// `configuration`; both are the install's, never created here.
     Secret {
-        secret: SecretName,
+        secret: NamespacedName,
         configuration: String,
         lifetimes: crate::core::webhook_certificate::plan::Lifetimes,
     },

@@ -8,4 +8,5 @@
 pub mod migration_target;
 pub mod pod_follows;
 pub mod pod_mutation;
+pub mod pod_view;
 pub mod scope;

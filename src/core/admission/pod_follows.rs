@@ -7,9 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::pod::records;
-use crate::core::rules::{Mode, RuleRef, RuleSet};
-use crate::core::vm_images::{ImageSlot, resolve_slot};
+use crate::core::admission::pod_view::Admission;
+use crate::core::rules::RuleRef;
 
 /// A tag a pod follows, and the rule that follows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,35 +25,30 @@ pub struct PodResolved {
     pub follows: Vec<PodFollows>,
 }
 
-/// What `rules` make of a pod of `namespace` with `labels` and `originals` (its records), in
-/// a namespace labelled `namespace_labels`.
+/// What `admission` makes of a pod of `namespace` with `labels` and `originals` (its
+/// records): the rules that decide its recorded containers, and the followed tags among
+/// their results.
 #[must_use]
 pub fn pod_follows(
-    rules: &RuleSet,
+    admission: &Admission<'_>,
     namespace: &str,
     labels: &BTreeMap<String, String>,
     originals: &BTreeMap<String, String>,
-    namespace_labels: &BTreeMap<String, String>,
 ) -> PodResolved {
-    let who = records::pod_requester(namespace, labels, namespace_labels);
+    let asked = originals.iter().map(|(s, r)| (s.as_str(), r.as_str()));
     let mut out = PodResolved::default();
-    for (slot, requested) in originals {
-        let image_slot = ImageSlot {
-            slot: slot.clone(),
-            requested: requested.clone(),
-        };
-        let resolution = resolve_slot(rules, image_slot, &who, Mode::Live);
+    for outcome in admission.slots(namespace, labels, asked) {
+        let resolution = outcome.resolution;
         if let (Some(rule), Ok(_)) = (&resolution.rule, &resolution.outcome) {
             out.rules.insert(rule.clone());
         }
-        let follows = &mut out.follows;
         if let (true, Ok(reference)) = (resolution.follow_tag, resolution.outcome) {
             let follows_one = PodFollows {
                 reference,
                 rule: resolution.rule,
             };
-            if !follows.contains(&follows_one) {
-                follows.push(follows_one);
+            if !out.follows.contains(&follows_one) {
+                out.follows.push(follows_one);
             }
         }
     }
@@ -65,8 +59,8 @@ pub fn pod_follows(
 mod tests {
     use super::*;
     use crate::core::fixtures::repository_mapping;
-    use crate::core::pod::records::{ORIGINAL_IMAGES, SKIP_LABEL};
-    use crate::core::rules::CompileOptions;
+    use crate::core::pod::records::{self, ORIGINAL_IMAGES, SKIP_LABEL};
+    use crate::core::rules::{CompileOptions, RuleSet};
 
     #[test]
     fn a_pod_follows_the_tags_its_recorded_originals_resolve_to_by_following_rules() {
@@ -79,8 +73,10 @@ mod tests {
             r#"{"app": "app:1", "init:again": "app:2", "web": "web:1"}"#.to_string(),
         )]);
         let none = BTreeMap::new();
+        let unlabelled = |_: &str| BTreeMap::new();
+        let admission = Admission::without_digests(&rules, &unlabelled);
         let originals = records::originals(&annotations);
-        let resolved = pod_follows(&rules, "dev", &none, &originals, &none);
+        let resolved = pod_follows(&admission, "dev", &none, &originals);
         let follows = resolved.follows;
         assert_eq!(follows.len(), 1, "{follows:?}");
         // Both mappings decide a container of it.
@@ -93,11 +89,11 @@ mod tests {
         // Opted out of the namespace's rules, or with no record: nothing.
         let skip = BTreeMap::from([(SKIP_LABEL.to_string(), "true".to_string())]);
         assert_eq!(
-            pod_follows(&rules, "dev", &skip, &originals, &none),
+            pod_follows(&admission, "dev", &skip, &originals),
             PodResolved::default()
         );
         assert_eq!(
-            pod_follows(&rules, "dev", &none, &none, &none),
+            pod_follows(&admission, "dev", &none, &none),
             PodResolved::default()
         );
     }

@@ -20,18 +20,18 @@ use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::Value;
 
 use crate::core::admission::migration_target;
+use crate::core::admission::pod_view::Admission;
 use crate::core::neonvm::{self, RunnerOwner};
 use crate::core::pod::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots_named};
 use crate::core::pod::records::{
     self, DRY_RUN, IMAGE_RULES, MAPPED, MAPPED_LABEL, ORIGINAL_IMAGES, Records, string_map,
 };
-use crate::core::reference::Reference;
-use crate::core::rules::{Mode, Requester, RuleRef, RuleSet};
+use crate::core::rules::{Mode, Requester};
 use crate::core::vm_images::{ImageSlot, SlotResolution, resolve_slot};
 
 /// What the request asks of the pod.
 #[derive(Debug, Clone, Copy)]
-pub enum Change<'a> {
+pub enum PodChange<'a> {
     /// The pod is created.
     Create,
     /// Ephemeral containers are added to it (`pods/ephemeralcontainers`); `old` is the pod
@@ -43,19 +43,10 @@ pub enum Change<'a> {
 #[derive(Clone, Copy)]
 pub struct PodRequest<'a> {
     pub namespace: &'a str,
-    /// The labels of the pod's namespace (with `kubernetes.io/metadata.name`).
-    pub namespace_labels: &'a BTreeMap<String, String>,
     /// The pod as the request carries it.
     pub pod: &'a Value,
-    pub change: Change<'a>,
-    /// The images a NeonVM VM's runner pod runs now, by slot: what a migration's target
-    /// pod takes.
-    pub runner_images: &'a RunnerImages<'a>,
+    pub change: PodChange<'a>,
 }
-
-/// The images the runner pod of the NeonVM VM (namespace, name) runs now, by slot; `None`:
-/// not known.
-pub type RunnerImages<'a> = dyn Fn(&str, &str) -> Option<BTreeMap<String, String>> + 'a;
 
 /// What admission concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,10 +89,6 @@ pub const MAX_SLOTS: usize = 512;
 /// most 4 KiB of them).
 pub const MAX_WARNINGS: usize = 8;
 
-/// The digest a followed tag points to as the replica last verified it: the reference, the
-/// rule that follows it, and the namespace asking.
-pub type DigestOf<'a> = dyn Fn(&str, Option<&RuleRef>, &str) -> Option<String> + 'a;
-
 /// One container as admission resolved it.
 struct Mapped {
     slot: PodSlot,
@@ -113,9 +100,9 @@ struct Mapped {
     pinned: bool,
 }
 
-/// Decides what admission does to `request`'s pod under `rules`.
+/// Decides what admission does to `request`'s pod, answering from `admission`.
 #[must_use]
-pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_>) -> Decision {
+pub fn decide(admission: &Admission<'_>, request: &PodRequest<'_>) -> Decision {
     let metadata = request.pod.get("metadata");
     let labels = string_map(metadata.and_then(|m| m.get("labels")));
     let annotations = string_map(metadata.and_then(|m| m.get("annotations")));
@@ -127,10 +114,10 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
     // A migration's target runs its source's images in the slots the source has; any
     // other container (an owner reference anyone can write) goes through the rules.
     let mut migrated = Vec::new();
-    if let (Change::Create, Some(RunnerOwner::Migration { vm })) = (request.change, &runner) {
+    if let (PodChange::Create, Some(RunnerOwner::Migration { vm })) = (request.change, &runner) {
         let source = vm
             .as_deref()
-            .and_then(|vm| (request.runner_images)(request.namespace, vm));
+            .and_then(|vm| (admission.runner_images)(request.namespace, vm));
         if let Some(source) = source {
             let (from_source, rest): (Vec<PodSlot>, Vec<PodSlot>) = slots
                 .into_iter()
@@ -139,18 +126,19 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
             slots = rest;
         }
     }
-    let who = records::pod_requester(request.namespace, &labels, request.namespace_labels);
+    let namespace_labels = (admission.namespace_labels)(request.namespace);
+    let who = records::pod_requester(request.namespace, &labels, &namespace_labels);
     let recorded = records::originals(&annotations);
     let Resolved {
         mapped,
         mut warnings,
         unpinned,
         dry_run,
-    } = resolve_all(rules, &who, slots, &recorded, digest_of);
+    } = resolve_all(admission, &who, slots, &recorded);
     let mut ops = image_ops(&mapped);
     let rewritten = mapped.iter().filter(|m| m.image != m.requested).count() + migrated.len();
     ops.extend(migrated);
-    if let Change::EphemeralContainers { .. } = request.change {
+    if let PodChange::EphemeralContainers { .. } = request.change {
         for m in mapped.iter().filter(|m| m.image != m.requested) {
             warnings.add(|| {
                 format!(
@@ -205,8 +193,8 @@ pub fn decide(rules: &RuleSet, request: &PodRequest<'_>, digest_of: &DigestOf<'_
 fn slots_to_map(request: &PodRequest<'_>, runner: bool) -> Result<Vec<PodSlot>, Decision> {
     let spec = request.pod.get("spec").unwrap_or(&Value::Null);
     let kinds: &[SlotKind] = match request.change {
-        Change::Create => &[SlotKind::Init, SlotKind::Container],
-        Change::EphemeralContainers { .. } => &[SlotKind::Ephemeral],
+        PodChange::Create => &[SlotKind::Init, SlotKind::Container],
+        PodChange::EphemeralContainers { .. } => &[SlotKind::Ephemeral],
     };
     let naming = if runner {
         neonvm::runner_slot
@@ -227,7 +215,7 @@ fn slots_to_map(request: &PodRequest<'_>, runner: bool) -> Result<Vec<PodSlot>, 
             duplicates.join(", ")
         )]));
     }
-    if let Change::EphemeralContainers { old } = request.change {
+    if let PodChange::EphemeralContainers { old } = request.change {
         let before: HashSet<String> =
             pod_slots_named(old.get("spec").unwrap_or(&Value::Null), kinds, naming)
                 .into_iter()
@@ -248,11 +236,10 @@ struct Resolved {
 
 /// Resolves every slot, each from its recorded original when it has one.
 fn resolve_all(
-    rules: &RuleSet,
+    admission: &Admission<'_>,
     who: &Requester<'_>,
     slots: Vec<PodSlot>,
     recorded: &BTreeMap<String, String>,
-    digest_of: &DigestOf<'_>,
 ) -> Resolved {
     let mut out = Resolved {
         mapped: Vec::new(),
@@ -260,18 +247,18 @@ fn resolve_all(
         unpinned: 0,
         dry_run: 0,
     };
-    let dry_runs = rules.has_dry_run();
+    let dry_runs = admission.rules.has_dry_run();
     for slot in slots {
         // A recorded original stands only while the container runs what the rules make of
         // it (the API server called again with imagemap's own output); an image set since
         // — by the user, or another webhook — is what is asked for.
         let again = recorded
             .get(&slot.key)
-            .map(|original| map_container(rules, who, slot.clone(), original.clone(), digest_of))
+            .map(|original| map_container(admission, who, slot.clone(), original.clone()))
             .filter(|again| again.resolution.outcome.is_ok() && again.image == slot.image);
         let m = again.unwrap_or_else(|| {
             let image = slot.image.clone();
-            map_container(rules, who, slot, image, digest_of)
+            map_container(admission, who, slot, image)
         });
         if let Err(e) = &m.resolution.outcome {
             out.warnings.add(|| {
@@ -283,8 +270,12 @@ fn resolve_all(
         }
         out.unpinned += usize::from(m.resolution.follow_tag && !m.pinned);
         if dry_runs {
-            let preview =
-                resolve_slot(rules, image_slot(&m.slot, &m.requested), who, Mode::Preview);
+            let preview = resolve_slot(
+                admission.rules,
+                image_slot(&m.slot, &m.requested),
+                who,
+                Mode::Preview,
+            );
             out.dry_run += usize::from(preview.outcome.ok() != m.resolution.outcome.clone().ok());
         }
         out.mapped.push(m);
@@ -348,63 +339,21 @@ fn rule_of(m: &Mapped) -> String {
         .map_or_else(|| "no rule".to_string(), ToString::to_string)
 }
 
-/// What admission makes of `requested` in `slot` for `who`: the resolution, and the image
-/// the container runs after it — `None` when the rules cannot map it (it then runs what it
-/// names) — and whether a followed tag was pinned.
-#[must_use]
-pub fn admitted(
-    rules: &RuleSet,
-    who: &Requester<'_>,
-    slot: &str,
-    requested: &str,
-    digest_of: &DigestOf<'_>,
-) -> (SlotResolution, Option<String>, bool) {
-    let image_slot = ImageSlot {
-        slot: slot.to_string(),
-        requested: requested.to_string(),
-    };
-    let mut resolution = resolve_slot(rules, image_slot, who, Mode::Live);
-    let mut pinned = false;
-    if let (Ok(resolved), true) = (&resolution.outcome, resolution.follow_tag) {
-        resolution.digest = digest_of(resolved, resolution.rule.as_ref(), who.namespace);
-        pinned = resolution.digest.is_some();
-    }
-    // A reference the rules leave as it is keeps the requester's spelling.
-    let unchanged = |resolved: &str| {
-        resolution.digest.is_none()
-            && Reference::parse_normalized(requested).is_ok_and(|r| r.to_string() == resolved)
-    };
-    let image = match &resolution.outcome {
-        Ok(resolved) if resolution.rule.is_none() || unchanged(resolved) => {
-            Some(requested.to_string())
-        }
-        Ok(_) => Some(
-            resolution
-                .image()
-                .pod_image()
-                .unwrap_or_else(|| requested.to_string()),
-        ),
-        Err(_) => None,
-    };
-    (resolution, image, pinned)
-}
-
 /// Resolves one container; it keeps its image when the rules cannot map it.
 fn map_container(
-    rules: &RuleSet,
+    admission: &Admission<'_>,
     who: &Requester<'_>,
     slot: PodSlot,
     requested: String,
-    digest_of: &DigestOf<'_>,
 ) -> Mapped {
-    let (resolution, image, pinned) = admitted(rules, who, &slot.key, &requested, digest_of);
-    let image = image.unwrap_or_else(|| slot.image.clone());
+    let outcome = admission.slot(who, &slot.key, &requested);
+    let image = outcome.image.unwrap_or_else(|| slot.image.clone());
     Mapped {
         slot,
         requested,
-        resolution,
+        resolution: outcome.resolution,
         image,
-        pinned,
+        pinned: outcome.pinned,
     }
 }
 

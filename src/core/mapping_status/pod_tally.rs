@@ -188,11 +188,11 @@ impl PodTally {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::rules::{MatchKind, Scope};
+    use crate::core::rules::{MappingScope, MatchKind};
 
     fn mapping(name: &str) -> MappingKey {
         MappingKey {
-            scope: Scope::Namespaced,
+            scope: MappingScope::Namespaced,
             namespace: Some("dev".into()),
             name: name.into(),
         }

@@ -5,19 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::excerpt::excerpt_to;
-use crate::core::neonvm::{NeonVm, RestartPolicy};
-use crate::core::vm_plan::VmEvent;
+use crate::core::neonvm::{NeonVm, NeonVmRestartPolicy};
+use crate::core::notice::Notice;
+use crate::core::stale_slot::{StaleSlot, listed, stale_slots};
 
 pub use crate::core::pod::records::LIVE_RELOAD_LABEL;
-
-/// A slot whose running image differs from what the rules resolve to now.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Change {
-    pub slot: String,
-    pub running: String,
-    pub resolved: String,
-}
 
 /// The pod imagemap deleted for a VM, and the images its replacement was to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,11 +28,11 @@ pub struct Pod<'a> {
 
 /// Why the pod stays although its images changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
+pub enum KeptBecause {
     /// The VM is not labelled `imagemap.dev/live-reload: "true"`.
     NotOptedIn,
     /// Its runner would not come back: `OnFailure` (it exits 0 on SIGTERM) or `Never`.
-    RestartPolicy(RestartPolicy),
+    RestartPolicy(NeonVmRestartPolicy),
 }
 
 /// What to do.
@@ -50,38 +42,14 @@ pub enum Verdict {
     /// one being deleted, a VM not running).
     Current,
     /// A migration is under way: nothing is touched until it is over.
-    Migrating(Vec<Change>),
+    Migrating(Vec<StaleSlot>),
     /// Delete the pod: NeonVM creates the next one, and admission maps it.
-    Replace(Vec<Change>),
+    Replace(Vec<StaleSlot>),
     /// The pod stays, and a restart is required for the change.
-    RestartRequired(Vec<Change>, Why),
+    RestartRequired(Vec<StaleSlot>, KeptBecause),
     /// The replacement imagemap asked for came back unmapped (admission did not answer): it
     /// is not replaced again.
-    NotMappedAtAdmission(Vec<Change>),
-}
-
-/// The slots whose running image differs from the resolved one (slots the pod lacks, or
-/// imagemap cannot resolve, are not judged). A followed tag whose digest is not held here
-/// is current when the pod runs it pinned to any digest.
-#[must_use]
-pub fn changes(
-    running: &BTreeMap<String, String>,
-    resolved: &BTreeMap<String, String>,
-) -> Vec<Change> {
-    resolved
-        .iter()
-        .filter_map(|(slot, resolved)| {
-            let running = running.get(slot)?;
-            let pinned = running
-                .strip_prefix(resolved.as_str())
-                .is_some_and(|rest| rest.starts_with('@') && !resolved.contains('@'));
-            (running != resolved && !pinned).then(|| Change {
-                slot: slot.clone(),
-                running: running.clone(),
-                resolved: resolved.clone(),
-            })
-        })
-        .collect()
+    NotMappedAtAdmission(Vec<StaleSlot>),
 }
 
 /// The verdict for `vm` with its runner `pod`, `resolved` (slot → image now),
@@ -100,7 +68,7 @@ pub fn verdict(
     if vm.phase.as_deref() != Some("Running") && !vm.migrating() {
         return Verdict::Current;
     }
-    let changes = changes(pod.images, resolved);
+    let changes = stale_slots(pod.images, resolved);
     if changes.is_empty() {
         return Verdict::Current;
     }
@@ -114,43 +82,17 @@ pub fn verdict(
         return Verdict::NotMappedAtAdmission(changes);
     }
     if vm.labels.get(LIVE_RELOAD_LABEL).map(String::as_str) != Some("true") {
-        return Verdict::RestartRequired(changes, Why::NotOptedIn);
+        return Verdict::RestartRequired(changes, KeptBecause::NotOptedIn);
     }
-    if vm.restart_policy != RestartPolicy::Always {
-        return Verdict::RestartRequired(changes, Why::RestartPolicy(vm.restart_policy));
+    if vm.restart_policy != NeonVmRestartPolicy::Always {
+        return Verdict::RestartRequired(changes, KeptBecause::RestartPolicy(vm.restart_policy));
     }
     Verdict::Replace(changes)
 }
 
-/// Most changes an Event lists.
-const LISTED: usize = 4;
-
-/// `rootDisk a → b, runner c → d` (each part an excerpt; at most [`LISTED`], and how many
-/// more).
-pub fn listed(changes: &[Change]) -> String {
-    let text = changes
-        .iter()
-        .take(LISTED)
-        .map(|c| {
-            let cut = |s: &str| excerpt_to(s, 200);
-            format!(
-                "{} {} → {}",
-                cut(&c.slot),
-                cut(&c.running),
-                cut(&c.resolved)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    match changes.len().checked_sub(LISTED) {
-        Some(more) if more > 0 => format!("{text} and {more} more"),
-        _ => text,
-    }
-}
-
 /// The Event that tells `verdict` about the runner pod `pod`; `None` for nothing to tell.
 #[must_use]
-pub fn event(verdict: &Verdict, pod: &str) -> Option<VmEvent> {
+pub fn event(verdict: &Verdict, pod: &str) -> Option<Notice> {
     let (warning, reason, message) = match verdict {
         Verdict::Current | Verdict::Migrating(_) => return None,
         Verdict::Replace(changes) => (
@@ -163,10 +105,10 @@ pub fn event(verdict: &Verdict, pod: &str) -> Option<VmEvent> {
         ),
         Verdict::RestartRequired(changes, why) => {
             let why = match why {
-                Why::NotOptedIn => format!(
+                KeptBecause::NotOptedIn => format!(
                     "label the VM {LIVE_RELOAD_LABEL}=true to have its runner pod replaced on a change"
                 ),
-                Why::RestartPolicy(policy) => format!(
+                KeptBecause::RestartPolicy(policy) => format!(
                     "under restartPolicy {policy:?} a deleted runner pod would not come back: restart the VM"
                 ),
             };
@@ -185,7 +127,7 @@ pub fn event(verdict: &Verdict, pod: &str) -> Option<VmEvent> {
             ),
         ),
     };
-    Some(VmEvent {
+    Some(Notice {
         warning,
         reason,
         message,
@@ -196,7 +138,7 @@ pub fn event(verdict: &Verdict, pod: &str) -> Option<VmEvent> {
 mod tests {
     use super::*;
 
-    fn vm(live: bool, policy: RestartPolicy, phase: &str) -> NeonVm {
+    fn vm(live: bool, policy: NeonVmRestartPolicy, phase: &str) -> NeonVm {
         NeonVm {
             namespace: "dev".into(),
             name: "compute".into(),
@@ -232,12 +174,12 @@ mod tests {
             deleting: false,
         };
         let now = images("mirror.io/disk:2");
-        let change = vec![Change {
+        let change = vec![StaleSlot {
             slot: "rootDisk".into(),
             running: "mirror.io/disk:1".into(),
             resolved: "mirror.io/disk:2".into(),
         }];
-        let live = vm(true, RestartPolicy::Always, "Running");
+        let live = vm(true, NeonVmRestartPolicy::Always, "Running");
         assert_eq!(
             verdict(&live, Some(pod), &now, false, None),
             Verdict::Replace(change.clone())
@@ -248,18 +190,18 @@ mod tests {
         );
         assert_eq!(
             verdict(
-                &vm(false, RestartPolicy::Always, "Running"),
+                &vm(false, NeonVmRestartPolicy::Always, "Running"),
                 Some(pod),
                 &now,
                 false,
                 None
             ),
-            Verdict::RestartRequired(change.clone(), Why::NotOptedIn)
+            Verdict::RestartRequired(change.clone(), KeptBecause::NotOptedIn)
         );
-        for policy in [RestartPolicy::OnFailure, RestartPolicy::Never] {
+        for policy in [NeonVmRestartPolicy::OnFailure, NeonVmRestartPolicy::Never] {
             assert_eq!(
                 verdict(&vm(true, policy, "Running"), Some(pod), &now, false, None),
-                Verdict::RestartRequired(change.clone(), Why::RestartPolicy(policy))
+                Verdict::RestartRequired(change.clone(), KeptBecause::RestartPolicy(policy))
             );
         }
         // Not during a migration, whether the phase or a migration object says so.
@@ -269,7 +211,7 @@ mod tests {
         );
         assert_eq!(
             verdict(
-                &vm(true, RestartPolicy::Always, "Migrating"),
+                &vm(true, NeonVmRestartPolicy::Always, "Migrating"),
                 Some(pod),
                 &now,
                 false,
@@ -291,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_replacement_that_came_back_unmapped_is_not_replaced_again() {
-        let live = vm(true, RestartPolicy::Always, "Running");
+        let live = vm(true, NeonVmRestartPolicy::Always, "Running");
         let now = images("mirror.io/disk:2");
         let unmapped = images("disk");
         let replaced = Replaced {
@@ -320,12 +262,12 @@ mod tests {
         let running =
             BTreeMap::from([("rootDisk".to_string(), "r.io/disk:dev@sha256:1".to_string())]);
         let tag = BTreeMap::from([("rootDisk".to_string(), "r.io/disk:dev".to_string())]);
-        assert!(changes(&running, &tag).is_empty());
+        assert!(stale_slots(&running, &tag).is_empty());
         let moved =
             BTreeMap::from([("rootDisk".to_string(), "r.io/disk:dev@sha256:2".to_string())]);
-        assert_eq!(changes(&running, &moved).len(), 1);
-        let many: Vec<Change> = (0..6)
-            .map(|i| Change {
+        assert_eq!(stale_slots(&running, &moved).len(), 1);
+        let many: Vec<StaleSlot> = (0..6)
+            .map(|i| StaleSlot {
                 slot: format!("extraInitContainers/c{i}"),
                 running: "x".repeat(10_000),
                 resolved: "y".into(),

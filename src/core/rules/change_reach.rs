@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 
 use kube::core::{Selector, SelectorExt};
 
-use super::{MappingInput, RuleSet, Scope};
+use super::mapping_input::{MappingInput, MappingScope};
+use super::rule_set::RuleSet;
 
 /// Where one changed mapping can apply.
 #[derive(Debug, Clone)]
-pub enum Reaching {
+pub enum MappingReach {
     /// An ImageMapping: its namespace.
     Namespace(String),
     /// A ClusterImageMapping: the namespaces its selector selects (`None`: all).
@@ -21,15 +22,17 @@ pub enum Reaching {
 
 /// What a change of rules reaches.
 #[derive(Debug, Clone)]
-pub enum Reach {
+pub enum ChangeReach {
     Everywhere,
-    Mappings(Vec<Reaching>),
+    Mappings(Vec<MappingReach>),
 }
 
-fn reaching(input: &MappingInput) -> Reaching {
+fn reaching(input: &MappingInput) -> MappingReach {
     match input.scope {
-        Scope::Namespaced => Reaching::Namespace(input.namespace.clone().unwrap_or_default()),
-        Scope::Cluster => Reaching::Selected(
+        MappingScope::Namespaced => {
+            MappingReach::Namespace(input.namespace.clone().unwrap_or_default())
+        }
+        MappingScope::Cluster => MappingReach::Selected(
             input
                 .namespace_selector
                 .clone()
@@ -39,15 +42,15 @@ fn reaching(input: &MappingInput) -> Reaching {
     }
 }
 
-impl Reach {
+impl ChangeReach {
     /// What changed from `old` to `new`.
     #[must_use]
-    pub fn of_change(old: &RuleSet, new: &RuleSet) -> Reach {
+    pub fn of_change(old: &RuleSet, new: &RuleSet) -> ChangeReach {
         if old.allowed_registries != new.allowed_registries
             || old.local_registry != new.local_registry
             || old.follow_needs_list != new.follow_needs_list
         {
-            return Reach::Everywhere;
+            return ChangeReach::Everywhere;
         }
         let mut changed = Vec::new();
         for (key, input) in &new.inputs {
@@ -60,18 +63,18 @@ impl Reach {
                 changed.push(reaching(input));
             }
         }
-        Reach::Mappings(changed)
+        ChangeReach::Mappings(changed)
     }
 
     /// Whether the change reaches the namespace `namespace` labelled `labels`.
     #[must_use]
     pub fn reaches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
         match self {
-            Reach::Everywhere => true,
-            Reach::Mappings(changed) => changed.iter().any(|m| match m {
-                Reaching::Namespace(ns) => ns == namespace,
-                Reaching::Selected(None) => true,
-                Reaching::Selected(Some(selector)) => selector.matches(labels),
+            ChangeReach::Everywhere => true,
+            ChangeReach::Mappings(changed) => changed.iter().any(|m| match m {
+                MappingReach::Namespace(ns) => ns == namespace,
+                MappingReach::Selected(None) => true,
+                MappingReach::Selected(Some(selector)) => selector.matches(labels),
             }),
         }
     }
@@ -79,7 +82,7 @@ impl Reach {
     /// Whether nothing changed.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        matches!(self, Reach::Mappings(changed) if changed.is_empty())
+        matches!(self, ChangeReach::Mappings(changed) if changed.is_empty())
     }
 }
 
@@ -100,28 +103,28 @@ mod tests {
         let old = RuleSet::compile(std::slice::from_ref(&dev), &options);
         // Unchanged: nothing reached.
         let same = RuleSet::compile(std::slice::from_ref(&dev), &options);
-        assert!(Reach::of_change(&old, &same).is_empty());
+        assert!(ChangeReach::of_change(&old, &same).is_empty());
         // The ImageMapping changed: its namespace only.
         let changed = repository_mapping("m", "nginx", "mirror2.io/nginx", false);
         let new = RuleSet::compile(std::slice::from_ref(&changed), &options);
-        let reach = Reach::of_change(&old, &new);
+        let reach = ChangeReach::of_change(&old, &new);
         let namespace = dev.namespace.clone().unwrap_or_default();
         assert!(reach.reaches(&namespace, &labels("a")));
         assert!(!reach.reaches("elsewhere", &labels("a")));
         // A ClusterImageMapping selecting team=a reaches those namespaces.
         let mut cluster = repository_mapping("c", "redis", "mirror.io/redis", false);
-        cluster.scope = Scope::Cluster;
+        cluster.scope = MappingScope::Cluster;
         cluster.namespace = None;
         cluster.namespace_selector = Some(
             serde_json::from_value(serde_json::json!({"matchLabels": {"team": "a"}}))
                 .unwrap_or_default(),
         );
         let with_cluster = RuleSet::compile(&[changed.clone(), cluster], &options);
-        let reach = Reach::of_change(&new, &with_cluster);
+        let reach = ChangeReach::of_change(&new, &with_cluster);
         assert!(reach.reaches("x", &labels("a")));
         assert!(!reach.reaches("y", &labels("b")));
         // Removing it reaches the same namespaces.
-        let reach = Reach::of_change(&with_cluster, &new);
+        let reach = ChangeReach::of_change(&with_cluster, &new);
         assert!(reach.reaches("x", &labels("a")) && !reach.reaches("y", &labels("b")));
     }
 }

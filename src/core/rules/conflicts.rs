@@ -7,8 +7,10 @@
 
 use std::collections::HashMap;
 
+use super::compiled_rule::RuleId;
+use super::problem::ProblemDetail;
 use super::rewrite::Action;
-use super::{ProblemDetail, RuleId, RuleSet};
+use super::rule_set::RuleSet;
 
 impl RuleSet {
     pub(super) fn find_static_conflicts(&mut self) {

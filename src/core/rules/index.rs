@@ -12,7 +12,8 @@ use regex::{Regex, RegexSet, RegexSetBuilder};
 
 use crate::core::reference::Reference;
 
-use super::{CompiledRule, RuleId, pattern::Pattern};
+use super::compiled_rule::{CompiledRule, RuleId};
+use super::pattern::Pattern;
 
 /// Rules of one key, sorted by scope: cluster rules (scope 0) first, then each
 /// namespace's, so that a namespace's rules are found by binary search.

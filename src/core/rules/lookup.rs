@@ -4,11 +4,13 @@
 
 use kube::core::SelectorExt;
 
+use super::compiled_rule::{RuleId, Winners};
 use super::index;
+use super::mapping_input::MappingScope;
 use super::precedence::{Best, Rank};
-use super::{
-    Mode, NAMED_CONFLICTS, Requester, Resolution, ResolveError, RuleId, RuleSet, Scope, Winners,
-};
+use super::requester::{Mode, Requester};
+use super::resolution::{NAMED_CONFLICTS, Resolution, ResolveError};
+use super::rule_set::RuleSet;
 use crate::core::reference::Reference;
 
 impl RuleSet {
@@ -42,14 +44,17 @@ impl RuleSet {
         self.index
             .literal_candidates(r, ns, |id, len| best.consider(self, id, len, who, mode));
         let [ns_max, cluster_max] = self.index.regex_max_priority(ns);
-        for (max_priority, scope) in [(ns_max, Scope::Namespaced), (cluster_max, Scope::Cluster)] {
+        for (max_priority, scope) in [
+            (ns_max, MappingScope::Namespaced),
+            (cluster_max, MappingScope::Cluster),
+        ] {
             let Some(max_priority) = max_priority else {
                 continue;
             };
             let floor = Rank::regex_floor(max_priority, scope);
             if best.rank.is_none_or(|b| floor <= b) {
                 self.index
-                    .regex_candidates(r, ns, scope == Scope::Namespaced, |id| {
+                    .regex_candidates(r, ns, scope == MappingScope::Namespaced, |id| {
                         best.consider(self, id, 0, who, mode);
                     });
             }
@@ -142,7 +147,7 @@ impl RuleSet {
         let mut best = Best::default();
         for (i, rule) in self.rules.iter().enumerate() {
             let key = &self.mappings[rule.mapping].key;
-            if key.scope == Scope::Namespaced
+            if key.scope == MappingScope::Namespaced
                 && (!who.namespace_rules || key.namespace.as_deref() != Some(who.namespace))
             {
                 continue;

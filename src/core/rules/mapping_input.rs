@@ -12,18 +12,18 @@ use super::pattern::MatchKind;
 
 /// Whether a mapping is an ImageMapping or a ClusterImageMapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Scope {
+pub enum MappingScope {
     Namespaced,
     Cluster,
 }
 
-impl Scope {
+impl MappingScope {
     /// The kind of the mappings of this scope.
     #[must_use]
     pub fn kind(self) -> &'static str {
         match self {
-            Scope::Namespaced => "ImageMapping",
-            Scope::Cluster => "ClusterImageMapping",
+            MappingScope::Namespaced => "ImageMapping",
+            MappingScope::Cluster => "ClusterImageMapping",
         }
     }
 }
@@ -31,7 +31,7 @@ impl Scope {
 /// A mapping as the engine sees it, from either kind.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MappingInput {
-    pub scope: Scope,
+    pub scope: MappingScope,
     /// Namespace of an ImageMapping; `None` for a ClusterImageMapping.
     pub namespace: Option<String>,
     pub name: String,
@@ -45,7 +45,7 @@ pub struct MappingInput {
 impl From<&ImageMapping> for MappingInput {
     fn from(m: &ImageMapping) -> Self {
         MappingInput {
-            scope: Scope::Namespaced,
+            scope: MappingScope::Namespaced,
             namespace: Some(m.namespace().unwrap_or_default()),
             name: m.name_any(),
             priority: m.spec.priority,
@@ -60,7 +60,7 @@ impl From<&ImageMapping> for MappingInput {
 impl From<&ClusterImageMapping> for MappingInput {
     fn from(m: &ClusterImageMapping) -> Self {
         MappingInput {
-            scope: Scope::Cluster,
+            scope: MappingScope::Cluster,
             namespace: None,
             name: m.name_any(),
             priority: m.spec.priority,
@@ -75,7 +75,7 @@ impl From<&ClusterImageMapping> for MappingInput {
 /// Identifies a mapping: kind, namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MappingKey {
-    pub scope: Scope,
+    pub scope: MappingScope,
     pub namespace: Option<String>,
     pub name: String,
 }

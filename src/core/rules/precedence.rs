@@ -2,20 +2,24 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use super::{MatchKind, Mode, Requester, RuleId, RuleSet, Scope, Winners};
+use super::compiled_rule::{RuleId, Winners};
+use super::mapping_input::MappingScope;
+use super::pattern::MatchKind;
+use super::requester::{Mode, Requester};
+use super::rule_set::RuleSet;
 
 /// The precedence of one candidate; smaller sorts first and wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Rank {
     priority: Reverse<i32>,
-    scope: Scope,
+    scope: MappingScope,
     kind: MatchKind,
     prefix_len: Reverse<usize>,
 }
 
 impl Rank {
     /// The best rank any regex rule of `scope` with at most `max_priority` can have.
-    pub(super) fn regex_floor(max_priority: i32, scope: Scope) -> Rank {
+    pub(super) fn regex_floor(max_priority: i32, scope: MappingScope) -> Rank {
         Rank {
             priority: Reverse(max_priority),
             scope,

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::core::allowed_registries::AllowedRegistries;
 use crate::core::api::{MappingRule, RuleMatch};
+use crate::core::reference::Reference;
 
 fn rule(kind: &str, pattern: &str, to: Option<&str>) -> MappingRule {
     let mut m = RuleMatch::default();
@@ -25,7 +26,7 @@ fn rule(kind: &str, pattern: &str, to: Option<&str>) -> MappingRule {
 
 fn ns_mapping(ns: &str, name: &str, priority: i32, rules: Vec<MappingRule>) -> MappingInput {
     MappingInput {
-        scope: Scope::Namespaced,
+        scope: MappingScope::Namespaced,
         namespace: Some(ns.into()),
         name: name.into(),
         priority,
@@ -38,7 +39,7 @@ fn ns_mapping(ns: &str, name: &str, priority: i32, rules: Vec<MappingRule>) -> M
 
 fn cluster_mapping(name: &str, priority: i32, rules: Vec<MappingRule>) -> MappingInput {
     MappingInput {
-        scope: Scope::Cluster,
+        scope: MappingScope::Cluster,
         namespace: None,
         ..ns_mapping("", name, priority, rules)
     }

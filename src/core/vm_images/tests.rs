@@ -1,6 +1,6 @@
 use super::*;
 use crate::core::api::{MappingRule, RuleMatch, VirtualMachineSpec};
-use crate::core::rules::{CompileOptions, MappingInput, Scope};
+use crate::core::rules::{CompileOptions, MappingInput, MappingScope};
 use k8s_openapi::api::core::v1::Container;
 
 fn vm(yaml: &str) -> VirtualMachine {
@@ -47,7 +47,7 @@ fn resolution_records_source_and_errors() {
     }];
     let set = RuleSet::compile(
         &[MappingInput {
-            scope: Scope::Namespaced,
+            scope: MappingScope::Namespaced,
             namespace: Some("dev".into()),
             name: "m".into(),
             priority: 0,

@@ -8,8 +8,8 @@
 //! the pods have settled (no pod action under way, no pod starting): one write per change.
 //!
 //! The plan is three steps, each its own module: [`pod_decision`] (which pods to create,
-//! replace or delete), [`conditions`] (the VM's conditions) and [`events`] (what a user must
-//! see).
+//! replace or delete), [`vm_conditions`] (the VM's conditions) and [`vm_events`] (what a user
+//! must see).
 
 pub mod pod_decision;
 pub mod restart_backoff;
@@ -24,8 +24,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use crate::core::api::{VirtualMachine, VirtualMachineStatus, VmPhase};
+use crate::core::notice::Notice;
 use crate::core::vm_images::VmResolution;
 
+pub use pod_decision::PodAction;
 use pod_decision::PodImages;
 
 /// What the reconciler observed.
@@ -55,43 +57,13 @@ pub struct CreateFailure {
     pub retry_in: Option<Duration>,
 }
 
-/// A change to a pod.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PodAction {
-    Create(Box<Pod>),
-    /// Delete with a UID precondition (and, for a pod whose own grace period is 0, a grace
-    /// period of `grace` seconds: see [`crate::core::runner_pod::MIN_GRACE_SECONDS`]).
-    Delete {
-        name: String,
-        uid: String,
-        grace: Option<u32>,
-    },
-    /// liveReload: delete the old pod (UID precondition, `grace` as for `Delete`), then
-    /// create the new one as soon as the old one is gone — in the same pass when its
-    /// deletion is immediate.
-    Replace {
-        name: String,
-        uid: String,
-        grace: Option<u32>,
-        new: Box<Pod>,
-    },
-}
-
-/// Something a user must see, recorded as an Event on the VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VmEvent {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub message: String,
-}
-
 /// The plan for one reconcile.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// The status to hold; written (when it differs) before the actions run.
     pub status: VirtualMachineStatus,
     pub actions: Vec<PodAction>,
-    pub events: Vec<VmEvent>,
+    pub events: Vec<Notice>,
     /// Waiting for the cache to show a created pod or a deletion to finish.
     pub waiting: bool,
     /// Whether to write `status` now (when it differs from the VM's): a new restart count

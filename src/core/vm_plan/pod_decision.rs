@@ -13,7 +13,29 @@ use crate::core::api::{
 };
 use crate::core::runner_pod::{self, pod_images, pod_images_hash, pod_phase, pod_restart_count};
 
-use super::{PodAction, restart_backoff};
+use super::restart_backoff;
+
+/// A change to a pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodAction {
+    Create(Box<Pod>),
+    /// Delete with a UID precondition (and, for a pod whose own grace period is 0, a grace
+    /// period of `grace` seconds: see [`crate::core::runner_pod::MIN_GRACE_SECONDS`]).
+    Delete {
+        name: String,
+        uid: String,
+        grace: Option<u32>,
+    },
+    /// liveReload: delete the old pod (UID precondition, `grace` as for `Delete`), then
+    /// create the new one as soon as the old one is gone — in the same pass when its
+    /// deletion is immediate.
+    Replace {
+        name: String,
+        uid: String,
+        grace: Option<u32>,
+        new: Box<Pod>,
+    },
+}
 
 /// One slot whose image differs between the live pod and the resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::core::conditions::{find, kind, reason};
 
-use super::VmEvent;
 use super::pod_decision::PodTransition;
+use crate::core::notice::Notice;
 
 /// Event reasons of pod transitions (warnings use their condition's reason).
 pub const POD_CREATED: &str = "PodCreated";
@@ -24,7 +24,7 @@ const WARNINGS: [(&str, &str); 7] = [
     (kind::IMAGES_CURRENT, reason::RESTART_REQUIRED),
 ];
 
-fn normal(transition: &PodTransition) -> VmEvent {
+fn normal(transition: &PodTransition) -> Notice {
     let (reason, message) = match transition {
         PodTransition::Created { pod, images } => (
             POD_CREATED,
@@ -65,7 +65,7 @@ fn normal(transition: &PodTransition) -> VmEvent {
             format!("Runner pod is gone ({phase:?}); restartPolicy {policy:?} starts a new one"),
         ),
     };
-    VmEvent {
+    Notice {
         warning: false,
         reason,
         message,
@@ -79,15 +79,15 @@ pub fn events(
     transitions: &[PodTransition],
     previous: &[Condition],
     conditions: &[Condition],
-) -> Vec<VmEvent> {
-    let mut out: Vec<VmEvent> = transitions.iter().map(normal).collect();
+) -> Vec<Notice> {
+    let mut out: Vec<Notice> = transitions.iter().map(normal).collect();
     for (ty, why) in WARNINGS {
         let before = find(previous, ty);
         if let Some(now) = find(conditions, ty)
             && now.reason == why
             && before.is_none_or(|b| b.reason != now.reason || b.message != now.message)
         {
-            out.push(VmEvent {
+            out.push(Notice {
                 warning: true,
                 reason: why,
                 message: now.message.clone(),

@@ -25,16 +25,16 @@ pub struct Facts {
 /// Why certificates could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct Unreadable(String);
+pub struct UnreadableCertificate(String);
 
 fn time(t: x509_parser::time::ASN1Time) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(u64::try_from(t.timestamp()).unwrap_or(0))
 }
 
-fn parsed(der: &[u8]) -> Result<X509Certificate<'_>, Unreadable> {
+fn parsed(der: &[u8]) -> Result<X509Certificate<'_>, UnreadableCertificate> {
     x509_parser::parse_x509_certificate(der)
         .map(|(_, cert)| cert)
-        .map_err(|e| Unreadable(format!("not a certificate: {e}")))
+        .map_err(|e| UnreadableCertificate(format!("not a certificate: {e}")))
 }
 
 /// A host as the certificate names it: an IP address in its canonical form.
@@ -45,22 +45,22 @@ fn canonical(host: &str) -> String {
 
 impl Facts {
     /// Every certificate of `pem`, in order; none, or one unreadable, is an error.
-    pub fn all(pem: &str) -> Result<Vec<Facts>, Unreadable> {
+    pub fn all(pem: &str) -> Result<Vec<Facts>, UnreadableCertificate> {
         let mut all = Vec::new();
         for block in Pem::iter_from_buffer(pem.as_bytes()) {
-            let block = block.map_err(|e| Unreadable(format!("not PEM: {e}")))?;
+            let block = block.map_err(|e| UnreadableCertificate(format!("not PEM: {e}")))?;
             if block.label != "CERTIFICATE" {
                 continue;
             }
             all.push(Facts::of_der(block.contents)?);
         }
         if all.is_empty() {
-            return Err(Unreadable("no certificate".into()));
+            return Err(UnreadableCertificate("no certificate".into()));
         }
         Ok(all)
     }
 
-    fn of_der(der: Vec<u8>) -> Result<Facts, Unreadable> {
+    fn of_der(der: Vec<u8>) -> Result<Facts, UnreadableCertificate> {
         let cert = parsed(&der)?;
         let validity = cert.validity();
         let hosts = match cert.subject_alternative_name() {

@@ -55,7 +55,7 @@ impl Default for Lifetimes {
 
 /// Why a new serving certificate is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
+pub enum RenewalReason {
     /// None is stored, or it cannot be read, has no key, ended, or no CA trusted signed it.
     Unusable,
     /// The configuration trusts the new CA now.
@@ -76,7 +76,7 @@ pub enum Next {
     /// The CAs that ended leave the bundle.
     DropEnded,
     /// A new serving certificate from the signing CA.
-    Serve(Why),
+    Serve(RenewalReason),
     /// The configuration's webhooks trust the bundle.
     Publish,
     /// Nothing to do before `until` (a renewal or an end).
@@ -117,18 +117,18 @@ pub fn next(stored: &Stored, published: &[&[u8]], hosts: &[String], now: SystemT
             .filter(|c| bundle.iter().any(|ca| c.signed_by(ca)))
     });
     let Some(serving) = serving else {
-        return Next::Serve(Why::Unusable);
+        return Next::Serve(RenewalReason::Unusable);
     };
     let from_signing = serving.signed_by(signing);
     let settled = signing.made() + SETTLE;
     if !from_signing && trusted(published, signing) && now >= settled {
-        return Next::Serve(Why::NewAuthority);
+        return Next::Serve(RenewalReason::NewAuthority);
     }
     if from_signing && now >= serving.renew_at() {
-        return Next::Serve(Why::Ending);
+        return Next::Serve(RenewalReason::Ending);
     }
     if from_signing && !serving.covers(hosts) {
-        return Next::Serve(Why::Hosts);
+        return Next::Serve(RenewalReason::Hosts);
     }
     if published.iter().any(|b| *b != stored.ca_bundle.as_bytes()) {
         return Next::Publish;
@@ -296,7 +296,7 @@ mod tests {
         let later = now + 6 * HOUR + Duration::from_secs(1);
         assert_eq!(
             secret.step(&mut published, later, lifetimes()),
-            Next::Serve(Why::Ending)
+            Next::Serve(RenewalReason::Ending)
         );
         assert_ne!(secret.serving(), first);
         assert!(matches!(
@@ -306,7 +306,7 @@ mod tests {
         // The configuration reaches the webhook at another name.
         let other = ["imagemap-webhook.other.svc".to_string()];
         let next = next(&secret.stored(), &[published.as_bytes()], &other, later);
-        assert_eq!(next, Next::Serve(Why::Hosts));
+        assert_eq!(next, Next::Serve(RenewalReason::Hosts));
     }
 
     impl Secret {
@@ -337,7 +337,7 @@ mod tests {
             let at = now + hours * HOUR + Duration::from_secs(1);
             assert_eq!(
                 secret.settle(&mut published, at),
-                [Next::Serve(Why::Ending)]
+                [Next::Serve(RenewalReason::Ending)]
             );
             assert!(secret.serving().signed_by(&old));
         }
@@ -361,7 +361,7 @@ mod tests {
         let at = until;
         assert_eq!(
             secret.step(&mut published, at, lifetimes()),
-            Next::Serve(Why::NewAuthority)
+            Next::Serve(RenewalReason::NewAuthority)
         );
         assert!(secret.serving().signed_by(&cas[0]));
         // Both trusted until the old one ends.
@@ -372,7 +372,7 @@ mod tests {
         let renewed = now + 26 * HOUR + Duration::from_secs(12);
         assert_eq!(
             secret.settle(&mut published, renewed),
-            [Next::Serve(Why::Ending)]
+            [Next::Serve(RenewalReason::Ending)]
         );
         let ended = old.not_after + Duration::from_secs(1);
         assert_eq!(
@@ -423,7 +423,7 @@ mod tests {
         broken.0.insert(KEY, secret.0[CA_KEY].clone());
         assert_eq!(
             next(&broken.stored(), &[], &hosts(), now),
-            Next::Serve(Why::Unusable)
+            Next::Serve(RenewalReason::Unusable)
         );
         // The CA ended.
         assert_eq!(

@@ -7,11 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::core::admission::pod_mutation::{DigestOf, admitted};
+use crate::core::admission::pod_view::Admission;
 use crate::core::pod::pod_slots::SlotKind;
 use crate::core::pod::records::{self, LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
-use crate::core::rules::{MappingKey, RuleRef, RuleSet};
-use crate::core::workload_reload::{Change, PodOwner, changes, image_id_digest, pod_owner};
+use crate::core::rules::{MappingKey, RuleRef};
+use crate::core::stale_slot::StaleSlot;
+use crate::core::workload_reload::{PodOwner, changes, image_id_digest, pod_owner};
 
 /// On a replacement that came back unmapped after its predecessor was evicted, set by the
 /// leader when it finds it: such a pod is never evicted, also by a later leader that does
@@ -119,23 +120,20 @@ impl LivePod {
     /// each: each resolved from its recorded original, else from its image (a container the
     /// rules cannot map keeps its image).
     #[must_use]
-    pub fn resolved(
-        &self,
-        rules: &RuleSet,
-        namespace: &str,
-        namespace_labels: &BTreeMap<String, String>,
-        digest_of: &DigestOf<'_>,
-    ) -> Resolved {
-        let who = records::pod_requester(namespace, &self.labels, namespace_labels);
-        let mut out = Resolved::default();
-        for (slot, image) in &self.images {
+    pub fn resolved(&self, admission: &Admission<'_>, namespace: &str) -> Resolved {
+        let asked = self.images.iter().map(|(slot, image)| {
             let requested = self.originals.get(slot).unwrap_or(image);
-            let (resolution, resolved, _) = admitted(rules, &who, slot, requested, digest_of);
-            if let Some(rule) = resolution.rule {
-                out.rules.insert(slot.clone(), rule);
+            (slot.as_str(), requested.as_str())
+        });
+        let mut out = Resolved::default();
+        for outcome in admission.slots(namespace, &self.labels, asked) {
+            if let Some(rule) = outcome.resolution.rule {
+                out.rules.insert(outcome.slot.clone(), rule);
             }
-            out.images
-                .insert(slot.clone(), resolved.unwrap_or_else(|| image.clone()));
+            let image = outcome
+                .image
+                .unwrap_or_else(|| self.images[&outcome.slot].clone());
+            out.images.insert(outcome.slot, image);
         }
         out
     }
@@ -145,12 +143,10 @@ impl LivePod {
     #[must_use]
     pub fn stale(
         &self,
-        rules: &RuleSet,
+        admission: &Admission<'_>,
         namespace: &str,
-        namespace_labels: &BTreeMap<String, String>,
-        digest_of: &DigestOf<'_>,
-    ) -> (Vec<Change>, BTreeSet<MappingKey>) {
-        let resolved = self.resolved(rules, namespace, namespace_labels, digest_of);
+    ) -> (Vec<StaleSlot>, BTreeSet<MappingKey>) {
+        let resolved = self.resolved(admission, namespace);
         let found = changes(&self.images, &resolved.images, &self.image_ids);
         let mappings = found
             .iter()
@@ -175,7 +171,7 @@ mod tests {
 
     use super::*;
     use crate::core::fixtures::repository_mapping;
-    use crate::core::rules::CompileOptions;
+    use crate::core::rules::{CompileOptions, RuleSet};
     use crate::core::workload_reload::WorkloadKind;
 
     fn pod() -> Pod {
@@ -212,14 +208,13 @@ mod tests {
         assert!(live.available(10, since + std::time::Duration::from_secs(10)));
         assert!(!live.available(10, since + std::time::Duration::from_secs(9)));
 
-        let none = BTreeMap::new();
-        let no_digest = |_: &str, _: Option<&crate::core::rules::RuleRef>, _: &str| None;
+        let unlabelled = |_: &str| BTreeMap::new();
         // The rules it was mapped by: current.
         let rules = RuleSet::compile(
             &[repository_mapping("m", "nginx", "mirror.io/nginx", false)],
             &CompileOptions::default(),
         );
-        let resolved = live.resolved(&rules, "dev", &none, &no_digest);
+        let resolved = live.resolved(&Admission::without_digests(&rules, &unlabelled), "dev");
         assert_eq!(resolved.images, live.images);
         assert_eq!(resolved.rules["app"].mapping.name, "m");
         // A changed rule maps the original elsewhere; an unmapped container keeps its image.
@@ -227,7 +222,9 @@ mod tests {
             &[repository_mapping("m", "nginx", "other.io/nginx", false)],
             &CompileOptions::default(),
         );
-        let resolved = live.resolved(&rules, "dev", &none, &no_digest).images;
+        let resolved = live
+            .resolved(&Admission::without_digests(&rules, &unlabelled), "dev")
+            .images;
         assert_eq!(resolved["app"], "other.io/nginx:1");
         assert_eq!(resolved["init:setup"], "busybox");
     }

@@ -14,11 +14,10 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::core::excerpt::excerpt_to;
-use crate::core::neonvm::reload::listed;
-use crate::core::vm_plan::VmEvent;
-use crate::core::workload_reload::Change;
+use crate::core::notice::Notice;
+use crate::core::stale_slot::{StaleSlot, listed};
 use crate::core::workload_reload::live_pod::{LivePod, UNMAPPED_REPLACEMENT_ANNOTATION};
-use crate::core::workload_reload::workload_status::{Progress, WorkloadStatus};
+use crate::core::workload_reload::workload_status::{RolloutProgress, WorkloadStatus};
 
 /// How long an evicted pod's replacement may take to be Available before the roll is
 /// reported stalled (it still waits).
@@ -49,7 +48,7 @@ pub struct RollMemory {
 #[derive(Debug, Clone, Copy)]
 pub struct RollPod<'a> {
     pub pod: &'a LivePod,
-    pub changes: &'a [Change],
+    pub changes: &'a [StaleSlot],
 }
 
 /// Why the roll waits.
@@ -71,7 +70,7 @@ pub enum Wait {
 
 /// The next step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum RollStep {
     /// Every pod runs what its rules resolve to (none stale, no eviction under way).
     Current,
     Wait(Wait),
@@ -115,7 +114,7 @@ fn eviction_over(
 
 /// The workload settled, and every pod of it not going Available.
 fn settled(status: &WorkloadStatus, pods: &[RollPod<'_>], now: Timestamp) -> bool {
-    status.progress == Progress::Settled
+    status.progress == RolloutProgress::Settled
         && pods
             .iter()
             .filter(|p| !p.pod.deleting)
@@ -131,7 +130,7 @@ pub fn step(
     pods: &[RollPod<'_>],
     memory: &mut RollMemory,
     now: Timestamp,
-) -> Step {
+) -> RollStep {
     let present: BTreeSet<&str> = pods.iter().map(|p| p.pod.uid.as_str()).collect();
     memory.unmapped.retain(|uid| present.contains(uid.as_str()));
     // Marked by a leader before: remembered across restarts.
@@ -150,15 +149,15 @@ pub fn step(
             let waited = now.duration_since(evicted.at);
             let evicted = evicted.name.clone();
             if waited.as_secs() >= STALLED_AFTER.as_secs().cast_signed() {
-                return Step::Wait(Wait::Stalled { evicted });
+                return RollStep::Wait(Wait::Stalled { evicted });
             }
-            return Step::Wait(Wait::Replacement { evicted });
+            return RollStep::Wait(Wait::Replacement { evicted });
         }
         memory.evicted = None;
     }
     // An unmapped replacement holds the roll (and is never evicted) while it exists.
     if let Some(unmapped) = pods.iter().find(|p| memory.unmapped.contains(&p.pod.uid)) {
-        return Step::Wait(Wait::UnmappedReplacement {
+        return RollStep::Wait(Wait::UnmappedReplacement {
             pod: unmapped.pod.name.clone(),
         });
     }
@@ -166,18 +165,18 @@ pub fn step(
         .iter()
         .filter(|p| !p.changes.is_empty() && !p.pod.deleting);
     let Some(first) = stale.min_by_key(|p| p.pod.name.as_str()) else {
-        return Step::Current;
+        return RollStep::Current;
     };
     let Some(status) = status else {
-        return Step::Wait(Wait::NotListed);
+        return RollStep::Wait(Wait::NotListed);
     };
-    if status.progress == Progress::OwnRollout {
-        return Step::Wait(Wait::OwnRollout);
+    if status.progress == RolloutProgress::OwnRollout {
+        return RollStep::Wait(Wait::OwnRollout);
     }
     if !settled(status, pods, now) {
-        return Step::Wait(Wait::Unavailable);
+        return RollStep::Wait(Wait::Unavailable);
     }
-    Step::Evict {
+    RollStep::Evict {
         name: first.pod.name.clone(),
         uid: first.pod.uid.clone(),
     }
@@ -191,16 +190,16 @@ pub fn left(pods: &[RollPod<'_>], memory: &RollMemory) -> usize {
         .count()
 }
 
-fn normal(reason: &'static str, message: String) -> VmEvent {
-    VmEvent {
+fn normal(reason: &'static str, message: String) -> Notice {
+    Notice {
         warning: false,
         reason,
         message,
     }
 }
 
-fn warning(reason: &'static str, message: String) -> VmEvent {
-    VmEvent {
+fn warning(reason: &'static str, message: String) -> Notice {
+    Notice {
         warning: true,
         reason,
         message,
@@ -209,7 +208,7 @@ fn warning(reason: &'static str, message: String) -> VmEvent {
 
 /// On the workload: its roll starts.
 #[must_use]
-pub fn started(left: usize, changes: &[Change]) -> VmEvent {
+pub fn started(left: usize, changes: &[StaleSlot]) -> Notice {
     normal(
         "LiveReloadStarted",
         format!(
@@ -221,7 +220,7 @@ pub fn started(left: usize, changes: &[Change]) -> VmEvent {
 
 /// On the workload: its roll is over.
 #[must_use]
-pub fn finished(replaced: usize) -> VmEvent {
+pub fn finished(replaced: usize) -> Notice {
     normal(
         "LiveReloadFinished",
         format!(
@@ -233,7 +232,7 @@ pub fn finished(replaced: usize) -> VmEvent {
 /// On the workload: a PodDisruptionBudget refused the eviction of `pod` (`cause`: the API
 /// server's words, naming the budget).
 #[must_use]
-pub fn budget_holds(pod: &str, cause: &str, left: usize) -> VmEvent {
+pub fn budget_holds(pod: &str, cause: &str, left: usize) -> Notice {
     warning(
         "DisruptionBudgetHolds",
         format!(
@@ -245,7 +244,7 @@ pub fn budget_holds(pod: &str, cause: &str, left: usize) -> VmEvent {
 
 /// On the workload: an eviction was refused for good (two budgets over one pod).
 #[must_use]
-pub fn refused(pod: &str, cause: &str, left: usize) -> VmEvent {
+pub fn refused(pod: &str, cause: &str, left: usize) -> Notice {
     warning(
         "EvictionRefused",
         format!(
@@ -258,7 +257,7 @@ pub fn refused(pod: &str, cause: &str, left: usize) -> VmEvent {
 /// On the workload: an evicted pod's replacement is not Available after
 /// [`STALLED_AFTER`].
 #[must_use]
-pub fn stalled(evicted: &str, left: usize) -> VmEvent {
+pub fn stalled(evicted: &str, left: usize) -> Notice {
     warning(
         "LiveReloadStalled",
         format!(
@@ -270,7 +269,7 @@ pub fn stalled(evicted: &str, left: usize) -> VmEvent {
 
 /// On a pod: it came back unmapped after its predecessor was evicted.
 #[must_use]
-pub fn not_mapped(changes: &[Change]) -> VmEvent {
+pub fn not_mapped(changes: &[StaleSlot]) -> Notice {
     warning(
         "NotMappedAtAdmission",
         format!(
@@ -282,7 +281,7 @@ pub fn not_mapped(changes: &[Change]) -> VmEvent {
 
 /// On a pod: its images changed, but nothing would recreate it if it were evicted.
 #[must_use]
-pub fn restart_required(owner: &str, changes: &[Change]) -> VmEvent {
+pub fn restart_required(owner: &str, changes: &[StaleSlot]) -> Notice {
     warning(
         "RestartRequired",
         format!(

@@ -8,7 +8,7 @@ use kube::api::ObjectMeta;
 
 /// Where a workload stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
+pub enum RolloutProgress {
     /// Its controller saw its latest spec, and every pod it wants is there, up to date and
     /// Available.
     Settled,
@@ -22,7 +22,7 @@ pub enum Progress {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadStatus {
     pub uid: String,
-    pub progress: Progress,
+    pub progress: RolloutProgress,
     pub min_ready_seconds: i64,
     /// For a ReplicaSet: the Deployment that controls it.
     pub deployment: Option<String>,
@@ -34,7 +34,7 @@ fn caught_up(metadata: &ObjectMeta, observed: Option<i64>) -> bool {
 
 fn status(
     metadata: &ObjectMeta,
-    progress: Progress,
+    progress: RolloutProgress,
     min_ready_seconds: Option<i32>,
 ) -> WorkloadStatus {
     WorkloadStatus {
@@ -56,14 +56,14 @@ pub fn of_deployment(deployment: &Deployment) -> WorkloadStatus {
         || s.updated_replicas.unwrap_or(0) < wanted
         || s.replicas.unwrap_or(0) > wanted
     {
-        Progress::OwnRollout
+        RolloutProgress::OwnRollout
     } else if s.available_replicas.unwrap_or(0) < wanted
         || s.replicas.unwrap_or(0) < wanted
         || s.unavailable_replicas.unwrap_or(0) > 0
     {
-        Progress::Unavailable
+        RolloutProgress::Unavailable
     } else {
-        Progress::Settled
+        RolloutProgress::Settled
     };
     status(
         &deployment.metadata,
@@ -80,11 +80,11 @@ pub fn of_replica_set(replica_set: &ReplicaSet) -> WorkloadStatus {
     let wanted = spec.and_then(|s| s.replicas).unwrap_or(1);
     let s = replica_set.status.clone().unwrap_or_default();
     let progress = if !caught_up(&replica_set.metadata, s.observed_generation) {
-        Progress::OwnRollout
+        RolloutProgress::OwnRollout
     } else if s.replicas != wanted || s.available_replicas.unwrap_or(0) < wanted {
-        Progress::Unavailable
+        RolloutProgress::Unavailable
     } else {
-        Progress::Settled
+        RolloutProgress::Settled
     };
     let mut status = status(
         &replica_set.metadata,
@@ -118,14 +118,14 @@ pub fn of_stateful_set(stateful_set: &StatefulSet) -> WorkloadStatus {
         || revisions_differ
         || s.updated_replicas.is_some_and(|u| u < wanted)
     {
-        Progress::OwnRollout
+        RolloutProgress::OwnRollout
     } else if s.replicas != wanted
         || s.ready_replicas.unwrap_or(0) < wanted
         || s.available_replicas.unwrap_or(0) < wanted
     {
-        Progress::Unavailable
+        RolloutProgress::Unavailable
     } else {
-        Progress::Settled
+        RolloutProgress::Settled
     };
     status(
         &stateful_set.metadata,
@@ -144,14 +144,14 @@ pub fn of_daemon_set(daemon_set: &DaemonSet) -> WorkloadStatus {
     let progress = if !caught_up(&daemon_set.metadata, s.observed_generation)
         || s.updated_number_scheduled.unwrap_or(0) < wanted
     {
-        Progress::OwnRollout
+        RolloutProgress::OwnRollout
     } else if s.current_number_scheduled < wanted
         || s.number_available.unwrap_or(0) < wanted
         || s.number_unavailable.unwrap_or(0) > 0
     {
-        Progress::Unavailable
+        RolloutProgress::Unavailable
     } else {
-        Progress::Settled
+        RolloutProgress::Settled
     };
     status(
         &daemon_set.metadata,
@@ -180,25 +180,28 @@ mod tests {
     fn a_deployment_is_settled_only_when_caught_up_updated_and_available() {
         let settled = json!({"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3, "readyReplicas": 3});
         let s = of_deployment(&deployment(&settled));
-        assert_eq!((s.progress, s.min_ready_seconds), (Progress::Settled, 5));
+        assert_eq!(
+            (s.progress, s.min_ready_seconds),
+            (RolloutProgress::Settled, 5)
+        );
         let mut behind = settled.clone();
         behind["observedGeneration"] = json!(1);
         assert_eq!(
             of_deployment(&deployment(&behind)).progress,
-            Progress::OwnRollout
+            RolloutProgress::OwnRollout
         );
         let mut old_pods = settled.clone();
         old_pods["replicas"] = json!(4);
         assert_eq!(
             of_deployment(&deployment(&old_pods)).progress,
-            Progress::OwnRollout
+            RolloutProgress::OwnRollout
         );
         let mut short = settled;
         short["availableReplicas"] = json!(2);
         short["unavailableReplicas"] = json!(1);
         assert_eq!(
             of_deployment(&deployment(&short)).progress,
-            Progress::Unavailable
+            RolloutProgress::Unavailable
         );
     }
 
@@ -213,7 +216,7 @@ mod tests {
         .unwrap();
         let s = of_replica_set(&rs);
         assert_eq!(s.deployment.as_deref(), Some("web"));
-        assert_eq!(s.progress, Progress::Settled);
+        assert_eq!(s.progress, RolloutProgress::Settled);
     }
 
     #[test]
@@ -227,8 +230,14 @@ mod tests {
             }))
             .unwrap()
         };
-        assert_eq!(of_stateful_set(&sts("db-2")).progress, Progress::Settled);
-        assert_eq!(of_stateful_set(&sts("db-1")).progress, Progress::OwnRollout);
+        assert_eq!(
+            of_stateful_set(&sts("db-2")).progress,
+            RolloutProgress::Settled
+        );
+        assert_eq!(
+            of_stateful_set(&sts("db-1")).progress,
+            RolloutProgress::OwnRollout
+        );
     }
 
     #[test]
@@ -242,7 +251,7 @@ mod tests {
             }))
             .unwrap()
         };
-        assert_eq!(of_daemon_set(&ds(2)).progress, Progress::Settled);
-        assert_eq!(of_daemon_set(&ds(1)).progress, Progress::Unavailable);
+        assert_eq!(of_daemon_set(&ds(2)).progress, RolloutProgress::Settled);
+        assert_eq!(of_daemon_set(&ds(1)).progress, RolloutProgress::Unavailable);
     }
 }

@@ -14,9 +14,9 @@ use tokio::sync::watch;
 
 use std::sync::Arc;
 
-use super::election::LeaderElection;
 use super::fence::Fence;
-use super::lease_record::{Observed, Step, claimed, next_step, released};
+use super::lease_record::{ElectorStep, LeaseSeen, claimed, next_step, released};
+use super::lease_terms::LeaderElection;
 use crate::operator::jitter::jittered;
 use crate::operator::observe::health::Health;
 
@@ -30,7 +30,7 @@ pub struct Elector {
     fence: Fence,
     health: Arc<Health>,
     /// The Lease as last read.
-    observed: Option<Observed>,
+    observed: Option<LeaseSeen>,
     /// Our last written copy, while we hold the Lease: renewals update it without a read.
     held: Option<Lease>,
 }
@@ -106,27 +106,27 @@ impl Elector {
             None => self.api.get_opt(name).await?,
         };
         let now = Instant::now();
-        let observed = Observed::of(current.as_ref(), self.observed.as_ref(), now);
+        let observed = LeaseSeen::of(current.as_ref(), self.observed.as_ref(), now);
         let identity = &self.election.identity;
         let duration = self.election.timing.lease_duration;
         let step = next_step(&observed, identity, now, duration);
         self.observed = Some(observed);
         match &step {
-            Step::Follow { holder } => {
+            ElectorStep::Follow { holder } => {
                 self.stop_writing(&format!("the Lease is held by {holder}"));
                 tracing::debug!(%holder, "the Lease is held");
                 return Ok(false);
             }
-            Step::AwaitMissing => {
+            ElectorStep::AwaitMissing => {
                 self.stop_writing("the Lease is gone");
                 tracing::debug!("no Lease; waiting a lease duration before creating it");
                 return Ok(false);
             }
-            Step::Create | Step::Acquire | Step::Renew => {}
+            ElectorStep::Create | ElectorStep::Acquire | ElectorStep::Renew => {}
         }
         let lease = claimed(current.as_ref(), name, identity, duration, Timestamp::now());
         let sent = Instant::now();
-        let written = if step == Step::Create {
+        let written = if step == ElectorStep::Create {
             self.api.create(&PostParams::default(), &lease).await
         } else {
             self.api.replace(name, &PostParams::default(), &lease).await

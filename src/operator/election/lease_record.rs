@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 /// The Lease as last read (or that there was none), and when this process first saw that
 /// version of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
+pub struct LeaseSeen {
     /// `metadata.resourceVersion`: every renewal changes it. `None`: there is no Lease.
     pub version: Option<String>,
     /// `spec.holderIdentity`; `None` when empty (released).
@@ -22,12 +22,12 @@ pub struct Observed {
     pub seen_at: Instant,
 }
 
-impl Observed {
+impl LeaseSeen {
     /// What `lease` says (`None`: there is none), first seen at `now` unless `previous`
     /// is the same version (or also none).
-    pub fn of(lease: Option<&Lease>, previous: Option<&Observed>, now: Instant) -> Observed {
+    pub fn of(lease: Option<&Lease>, previous: Option<&LeaseSeen>, now: Instant) -> LeaseSeen {
         let Some(lease) = lease else {
-            return Observed {
+            return LeaseSeen {
                 version: None,
                 holder: None,
                 lease_duration: None,
@@ -43,7 +43,7 @@ impl Observed {
             _ => now,
         };
         let spec = lease.spec.as_ref();
-        Observed {
+        LeaseSeen {
             version,
             holder: spec
                 .and_then(|s| s.holder_identity.clone())
@@ -59,7 +59,7 @@ impl Observed {
 
 /// What an elector does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum ElectorStep {
     /// No Lease has existed for a whole lease duration as seen from here: create it, held
     /// by us. (A Lease deleted under a leader is taken no faster than one it stopped
     /// renewing: that leader may still be writing until its own deadline.)
@@ -77,23 +77,23 @@ pub enum Step {
 
 /// The next step for `me`, given the Lease as last observed. `default_duration` applies
 /// when the record names no duration (or there is no record).
-pub fn next_step(o: &Observed, me: &str, now: Instant, default_duration: Duration) -> Step {
+pub fn next_step(o: &LeaseSeen, me: &str, now: Instant, default_duration: Duration) -> ElectorStep {
     if o.version.is_none() {
         return if now.saturating_duration_since(o.seen_at) >= default_duration {
-            Step::Create
+            ElectorStep::Create
         } else {
-            Step::AwaitMissing
+            ElectorStep::AwaitMissing
         };
     }
     match &o.holder {
-        None => Step::Acquire,
-        Some(h) if h == me => Step::Renew,
+        None => ElectorStep::Acquire,
+        Some(h) if h == me => ElectorStep::Renew,
         Some(h) => {
             let duration = o.lease_duration.unwrap_or(default_duration);
             if now.saturating_duration_since(o.seen_at) >= duration {
-                Step::Acquire
+                ElectorStep::Acquire
             } else {
-                Step::Follow { holder: h.clone() }
+                ElectorStep::Follow { holder: h.clone() }
             }
         }
     }
@@ -168,28 +168,28 @@ mod tests {
     #[test]
     fn a_missing_lease_is_created_after_a_whole_duration_and_a_released_one_acquired_at_once() {
         let t0 = Instant::now();
-        let missing = Observed::of(None, None, t0);
-        assert_eq!(next_step(&missing, "me", t0, D), Step::AwaitMissing);
+        let missing = LeaseSeen::of(None, None, t0);
+        assert_eq!(next_step(&missing, "me", t0, D), ElectorStep::AwaitMissing);
         // Still missing: the wait counts from when it was first seen missing.
-        let again = Observed::of(None, Some(&missing), t0 + D / 2);
+        let again = LeaseSeen::of(None, Some(&missing), t0 + D / 2);
         assert_eq!(again.seen_at, t0);
-        assert_eq!(next_step(&again, "me", t0 + D, D), Step::Create);
+        assert_eq!(next_step(&again, "me", t0 + D, D), ElectorStep::Create);
         // A Lease held, then deleted: missing from when it was seen gone.
-        let held = Observed::of(Some(&lease("1", Some("other"), Some(15))), None, t0);
-        let gone = Observed::of(None, Some(&held), t0 + D);
-        assert_eq!(next_step(&gone, "me", t0 + D, D), Step::AwaitMissing);
-        assert_eq!(next_step(&gone, "me", t0 + D * 2, D), Step::Create);
-        let free = Observed::of(Some(&lease("1", None, Some(15))), None, t0);
-        assert_eq!(next_step(&free, "me", t0, D), Step::Acquire);
-        let empty = Observed::of(Some(&lease("1", Some(""), Some(15))), None, t0);
-        assert_eq!(next_step(&empty, "me", t0, D), Step::Acquire);
+        let held = LeaseSeen::of(Some(&lease("1", Some("other"), Some(15))), None, t0);
+        let gone = LeaseSeen::of(None, Some(&held), t0 + D);
+        assert_eq!(next_step(&gone, "me", t0 + D, D), ElectorStep::AwaitMissing);
+        assert_eq!(next_step(&gone, "me", t0 + D * 2, D), ElectorStep::Create);
+        let free = LeaseSeen::of(Some(&lease("1", None, Some(15))), None, t0);
+        assert_eq!(next_step(&free, "me", t0, D), ElectorStep::Acquire);
+        let empty = LeaseSeen::of(Some(&lease("1", Some(""), Some(15))), None, t0);
+        assert_eq!(next_step(&empty, "me", t0, D), ElectorStep::Acquire);
     }
 
     #[test]
     fn another_holder_is_followed_until_a_whole_duration_passed_without_a_renewal() {
         let t0 = Instant::now();
-        let seen = Observed::of(Some(&lease("1", Some("other"), Some(15))), None, t0);
-        let follow = Step::Follow {
+        let seen = LeaseSeen::of(Some(&lease("1", Some("other"), Some(15))), None, t0);
+        let follow = ElectorStep::Follow {
             holder: "other".into(),
         };
         assert_eq!(
@@ -198,17 +198,17 @@ mod tests {
         );
         assert_eq!(
             next_step(&seen, "me", t0 + Duration::from_secs(15), D),
-            Step::Acquire
+            ElectorStep::Acquire
         );
         // The same version read again keeps the time it was first seen ...
-        let again = Observed::of(
+        let again = LeaseSeen::of(
             Some(&lease("1", Some("other"), Some(15))),
             Some(&seen),
             t0 + Duration::from_secs(10),
         );
         assert_eq!(again.seen_at, t0);
         // ... a renewal (a new version) starts the wait again.
-        let renewed = Observed::of(
+        let renewed = LeaseSeen::of(
             Some(&lease("2", Some("other"), Some(15))),
             Some(&seen),
             t0 + Duration::from_secs(10),
@@ -218,20 +218,20 @@ mod tests {
             follow
         );
         // The holder's own duration counts, not ours.
-        let short = Observed::of(Some(&lease("3", Some("other"), Some(2))), None, t0);
+        let short = LeaseSeen::of(Some(&lease("3", Some("other"), Some(2))), None, t0);
         assert_eq!(
             next_step(&short, "me", t0 + Duration::from_secs(2), D),
-            Step::Acquire
+            ElectorStep::Acquire
         );
     }
 
     #[test]
     fn our_own_lease_is_renewed() {
         let t0 = Instant::now();
-        let mine = Observed::of(Some(&lease("1", Some("me"), Some(15))), None, t0);
+        let mine = LeaseSeen::of(Some(&lease("1", Some("me"), Some(15))), None, t0);
         assert_eq!(
             next_step(&mine, "me", t0 + Duration::from_mins(1), D),
-            Step::Renew
+            ElectorStep::Renew
         );
     }
 

@@ -3,11 +3,11 @@
 //! is replaced once it has not renewed the Lease for a lease duration — and by then its
 //! [`Fence`] has stopped its writes, in-flight reconciles included.
 
-mod election;
 mod elector;
 mod fence;
 mod fenced_client;
 mod lease_record;
+mod lease_terms;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,8 +18,8 @@ use kube::{Client, Config};
 
 use crate::api_requests::ApiRequests;
 
-pub use election::{LeaderElection, LeaseTiming, unique_identity};
 pub use fence::{Fence, FenceClosed};
+pub use lease_terms::{LeaderElection, LeaseTiming, unique_identity};
 
 use crate::operator::observe::health::Health;
 use elector::Elector;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::core::namespaced_name::NamespacedName;
 use tokio::sync::Notify;
 
-use crate::core::rules::{MappingKey, Scope};
+use crate::core::rules::{MappingKey, MappingScope};
 use crate::operator::replica::digests::followed::{Followed, FollowedBy};
 use crate::registry::RegistryError;
 
@@ -351,7 +351,7 @@ impl FollowedTags {
                 .and_then(|s| s.digest.clone())
         };
         match (&mapping.scope, &mapping.namespace) {
-            (Scope::Namespaced, Some(ns)) => digest(&FollowedBy::Namespace(ns.clone())),
+            (MappingScope::Namespaced, Some(ns)) => digest(&FollowedBy::Namespace(ns.clone())),
             _ => digest(&FollowedBy::Cluster).or_else(|| {
                 inner
                     .tags

@@ -32,7 +32,7 @@ use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::observe::progress::Progress;
 use crate::operator::options::{Options, Webhook, WebhookCertificate};
-use crate::operator::replica::{ReadSide, Told};
+use crate::operator::replica::{ReplicaSide, Told};
 use crate::operator::tasks::Tasks;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::writes::event_recorder::EventRecorder;
@@ -88,7 +88,7 @@ impl Drop for Stopped {
 #[allow(clippy::too_many_lines)] // The wiring: each task built with the parts it uses.
 pub async fn run(
     side: WriteSide,
-    read: ReadSide,
+    read: ReplicaSide,
     told: Told,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
@@ -102,15 +102,18 @@ pub async fn run(
         progress,
         running,
     } = side;
-    let ReadSide {
+    let ReplicaSide {
         caches,
-        rules,
+        admission,
         registries,
         rules_loaded,
-        digests,
         digests_loaded,
-        neonvm,
     } = read;
+    let (rules, digests, neonvm) = (
+        Arc::clone(&admission.rules),
+        Arc::clone(&admission.digests),
+        Arc::clone(&admission.neonvm),
+    );
     let listed = caches.listed.clone();
     let followed = Arc::new(FollowedTags::default());
     let (recorder, event_sender) = EventRecorder::new(client.clone(), health.running_reconciles());
@@ -153,12 +156,9 @@ pub async fn run(
             "NeonVM runner reloader",
             runner_reloader::run(RunnerReloader {
                 client: client.clone(),
-                state: Arc::clone(&neonvm),
+                admission: admission.clone(),
                 status_due: Arc::clone(&status_due),
-                rules: Arc::clone(&rules),
-                digests: Arc::clone(&digests),
                 followed: Arc::clone(&followed),
-                caches: caches.clone(),
                 recorder: recorder.clone(),
                 budget: Arc::clone(&budget),
                 default_runner: options.neonvm_default_runner_image.clone(),
@@ -179,9 +179,7 @@ pub async fn run(
                 namespaces: options.namespaces.clone(),
                 excluded: webhook.excluded.clone(),
                 per_namespace: options.pod_scan_namespace_interval,
-                caches: caches.clone(),
-                rules: Arc::clone(&rules),
-                digests: Arc::clone(&digests),
+                admission: admission.clone(),
                 counts: Arc::clone(&pod_counts),
                 loaded: vec![
                     rules_loaded.clone(),
@@ -206,9 +204,7 @@ pub async fn run(
             workload_roller::run(WorkloadRoller {
                 evictions,
                 state,
-                rules: Arc::clone(&rules),
-                digests: Arc::clone(&digests),
-                caches: caches.clone(),
+                admission: admission.clone(),
                 recorder: recorder.clone(),
                 budget: Arc::clone(&budget),
                 metrics: Arc::clone(&metrics),
@@ -226,8 +222,7 @@ pub async fn run(
             pod_followers::run(PodFollowers {
                 client: client.clone(),
                 namespaces: options.namespaces.clone(),
-                caches: caches.clone(),
-                rules: Arc::clone(&rules),
+                admission: admission.clone(),
                 followed: Arc::clone(&followed),
                 counts: Arc::clone(&pod_counts),
             }),

@@ -7,6 +7,7 @@
 //!
 //! This file wires the replica side's rooms together; they never import it.
 
+pub mod admission_sources;
 pub mod digests;
 pub mod neonvm_watch;
 pub mod rule_watch;
@@ -34,34 +35,31 @@ use crate::operator::watch_toolkit::cache_events::{self, CacheEvent, Source};
 use crate::operator::watch_toolkit::listed::{CachesListed, Listed};
 use crate::operator::watch_toolkit::teller::Teller;
 use crate::registry::{CredentialSource, Registries};
+use admission_sources::AdmissionSources;
 use digests::digests_watcher;
-use digests::verified_digests::VerifiedDigests;
-use neonvm_watch::neonvm_state::NeonVmState;
 use neonvm_watch::neonvm_watcher::{self, NeonVmWatcher};
 use rule_watch::local_registry_watcher;
-use rule_watch::rules_in_force::RulesInForce;
-use rule_watch::rules_watcher::{self, Change, RulesChanged, RulesWatcher};
+use rule_watch::rules_changed::RulesChanged;
+use rule_watch::rules_watcher::{self, RulesEvent, RulesWatcher};
 use watches::cached_pod::CachedPod;
 use watches::caches::Caches;
 use watches::invalid_objects::Unreadable;
 use watches::unreadable_mappings::UnreadableMappings;
 
-/// What the read side keeps, for every reader.
-pub struct ReadSide {
+/// What the replica side keeps, for every reader.
+pub struct ReplicaSide {
     pub caches: Caches,
-    pub rules: Arc<RulesInForce>,
+    /// What admission answers from: the rules in force, the namespaces, the digests the
+    /// leader verified (as this replica holds them), NeonVM's VMs and runner pods.
+    pub admission: AdmissionSources,
     /// The registries followed tags are checked at, and the cluster's local registry in
     /// force.
     pub registries: Arc<Registries>,
     /// Marked once the rules were first compiled: every mapping and namespace listed.
     pub rules_loaded: Listed,
-    /// The digests the leader verified, as this replica holds them (for admission).
-    pub digests: Arc<VerifiedDigests>,
     /// Marked once the leader's published digests were first read (at once when there is
     /// no other replica to publish them: this one verifies its own).
     pub digests_loaded: Listed,
-    /// NeonVM's VMs, runner pods and migrations, when its CRDs exist.
-    pub neonvm: Arc<NeonVmState>,
 }
 
 /// What the read side tells, for the write side to act on.
@@ -84,7 +82,7 @@ pub fn start(
     options: &Options,
     health: &Arc<Health>,
     tasks: &mut Tasks,
-) -> anyhow::Result<(ReadSide, Told)> {
+) -> anyhow::Result<(ReplicaSide, Told)> {
     let watches = Watches::new(client, options, health);
     let registries = Arc::new(
         Registries::new(
@@ -99,21 +97,24 @@ pub fn start(
         .map_err(|e| anyhow::anyhow!(e))?
         .reaching_local_from(options.local_registry_vantage),
     );
-    let read = ReadSide {
+    let read = ReplicaSide {
+        admission: AdmissionSources {
+            rules: Arc::default(),
+            namespaces: watches.caches.namespaces.clone(),
+            digests: Arc::default(),
+            neonvm: Arc::default(),
+        },
         caches: watches.caches,
-        rules: Arc::default(),
         registries,
         rules_loaded: Listed::default(),
-        digests: Arc::default(),
         digests_loaded: Listed::default(),
-        neonvm: Arc::default(),
     };
     tasks.spawn(
         "NeonVM watcher",
         neonvm_watcher::run(NeonVmWatcher {
             client: client.clone(),
             namespaces: options.namespaces.clone(),
-            state: Arc::clone(&read.neonvm),
+            state: Arc::clone(&read.admission.neonvm),
         }),
     );
     if let Some(name) = &options.published_digests {
@@ -122,7 +123,7 @@ pub fn start(
             digests_watcher::run(
                 client.clone(),
                 name.clone(),
-                Arc::clone(&read.digests),
+                Arc::clone(&read.admission.digests),
                 read.digests_loaded.clone(),
             ),
         );
@@ -136,7 +137,7 @@ pub fn start(
             RulesWatcher {
                 options: options.clone(),
                 caches: read.caches.clone(),
-                rules: Arc::clone(&read.rules),
+                rules: Arc::clone(&read.admission.rules),
                 registries: Arc::clone(&read.registries),
                 told: rules_changed.clone(),
             },
@@ -158,7 +159,7 @@ pub fn start(
 struct Watches {
     caches: Caches,
     /// Mapping and namespace events, for the rules watcher.
-    changes: BoxStream<'static, Change>,
+    changes: BoxStream<'static, RulesEvent>,
     /// Runner pod events, for the pod watcher.
     pods: BoxStream<'static, CacheEvent<CachedPod>>,
     /// VirtualMachine events, for the VM controller.
@@ -189,11 +190,14 @@ fn report_unreadable<K: Resource<DynamicType = ()>>(
 fn mapping_changes<K: Resource<DynamicType = ()> + Clone + 'static>(
     unreadable: &Arc<UnreadableMappings>,
     store: &kube::runtime::reflector::Store<K>,
-) -> impl FnMut(CacheEvent<K>) -> stream::Iter<std::vec::IntoIter<Change>> + use<K> {
+) -> impl FnMut(CacheEvent<K>) -> stream::Iter<std::vec::IntoIter<RulesEvent>> + use<K> {
     let (unreadable, store) = (Arc::clone(unreadable), store.clone());
     move |event| {
-        let held = unreadable.observe(&event, &store).map(Change::Held);
-        let changes: Vec<Change> = Change::of_mapping(&event).into_iter().chain(held).collect();
+        let held = unreadable.observe(&event, &store).map(RulesEvent::Held);
+        let changes: Vec<RulesEvent> = RulesEvent::of_mapping(&event)
+            .into_iter()
+            .chain(held)
+            .collect();
         stream::iter(changes)
     }
 }
@@ -243,10 +247,10 @@ impl Watches {
                 .flat_map(mapping_changes(&unreadable_mappings, &cluster_mappings))
                 .boxed(),
             namespace_events
-                .filter_map(|e| ready(Change::of_namespace(&e)))
+                .filter_map(|e| ready(RulesEvent::of_namespace(&e)))
                 .boxed(),
             local_registry_watcher::observations(client)
-                .map(Change::LocalRegistry)
+                .map(RulesEvent::LocalRegistry)
                 .boxed(),
         ])
         .boxed();

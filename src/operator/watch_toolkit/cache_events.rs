@@ -18,8 +18,6 @@ use serde::de::DeserializeOwned;
 
 use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::operator::observe::health::Health;
-use crate::operator::replica::watches::cached_pod::CachedPod;
-use crate::operator::replica::watches::projection::Projection;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::watch_toolkit::watch_backoff::WatchBackoff;
 
@@ -46,6 +44,12 @@ pub enum CacheEvent<K> {
     Invalid(Box<InvalidObject>),
     /// An object that could not be read was deleted (nothing cached went with it).
     InvalidGone(Box<InvalidObject>),
+}
+
+/// What a cache keeps of an object of a kind (the impls: the replica side's `projection`).
+pub trait Projection {
+    /// Drops what the operator never reads.
+    fn project(&mut self);
 }
 
 /// How objects of a kind arrive from the API server: as they are, or — for the kinds
@@ -93,7 +97,7 @@ macro_rules! arrives_guarded {
     )*};
 }
 
-arrives_as_is!(CachedPod, Namespace);
+arrives_as_is!(Namespace);
 arrives_guarded!(false; VirtualMachine);
 arrives_guarded!(true; ImageMapping, ClusterImageMapping);
 

@@ -20,7 +20,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::core::api::VirtualMachine;
 use crate::core::excerpt::cut_bytes;
-use crate::core::vm_plan::VmEvent;
+use crate::core::notice::Notice;
 
 /// The API server refuses Event notes over 1 KiB.
 const NOTE_LIMIT: usize = 1024;
@@ -35,7 +35,7 @@ const HOLD: usize = QUEUE / 2;
 const CONTROLLER: &str = "imagemap.dev/operator";
 
 /// The Event recording `ev` on the object `regarding`, by `instance`.
-fn event(ev: &VmEvent, regarding: ObjectReference, instance: &str, now: Timestamp) -> Event {
+fn event(ev: &Notice, regarding: ObjectReference, instance: &str, now: Timestamp) -> Event {
     Event {
         metadata: ObjectMeta {
             // (A generated name's prefix may end with '-', not '.'.)
@@ -62,7 +62,7 @@ fn event(ev: &VmEvent, regarding: ObjectReference, instance: &str, now: Timestam
 /// [`Event`] only when sent. A fan-out queues one per VM, thousands at once; this keeps each
 /// at about a third of the Event it becomes.
 struct Queued {
-    ev: VmEvent,
+    ev: Notice,
     regarding: ObjectReference,
     at: Timestamp,
 }
@@ -160,7 +160,7 @@ impl EventRecorder {
     fn events<'a>(
         &self,
         vm: &VirtualMachine,
-        events: impl Iterator<Item = &'a VmEvent>,
+        events: impl Iterator<Item = &'a Notice>,
     ) -> Vec<Event> {
         let regarding = vm.object_ref(&());
         events
@@ -169,7 +169,7 @@ impl EventRecorder {
     }
 
     /// Records `events` on `vm` now; a failure is logged, never fatal.
-    pub async fn record<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a VmEvent>) {
+    pub async fn record<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a Notice>) {
         for event in self.events(vm, events) {
             create(&self.client, &event, &self.failures).await;
         }
@@ -177,7 +177,7 @@ impl EventRecorder {
 
     /// Records a Warning on the object `regarding` now; a failure is logged, never fatal.
     pub async fn warn(&self, regarding: ObjectReference, reason: &'static str, message: String) {
-        let ev = VmEvent {
+        let ev = Notice {
             warning: true,
             reason,
             message,
@@ -186,7 +186,7 @@ impl EventRecorder {
     }
 
     /// Records `ev` on the object `regarding` now; a failure is logged, never fatal.
-    pub async fn note(&self, regarding: ObjectReference, ev: &VmEvent) {
+    pub async fn note(&self, regarding: ObjectReference, ev: &Notice) {
         create(
             &self.client,
             &event(ev, regarding, &self.instance, Timestamp::now()),
@@ -196,11 +196,11 @@ impl EventRecorder {
     }
 
     /// Queues `events` on `vm` for the sender task.
-    pub async fn queue<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a VmEvent>) {
+    pub async fn queue<'a>(&self, vm: &VirtualMachine, events: impl Iterator<Item = &'a Notice>) {
         let regarding = vm.object_ref(&());
         for ev in events {
             let queued = Queued {
-                ev: VmEvent {
+                ev: Notice {
                     message: cut_bytes(&ev.message, NOTE_LIMIT),
                     ..*ev
                 },
@@ -259,7 +259,7 @@ mod tests {
             name: Some("vm".into()),
             ..ObjectReference::default()
         };
-        let ev = VmEvent {
+        let ev = Notice {
             warning: true,
             reason: "RestartRequired",
             message: "the pod runs older images".into(),

@@ -3,9 +3,10 @@
 use serde_json::json;
 
 use super::*;
+use crate::core::admission::pod_view::Admission;
 use crate::core::fixtures::repository_mapping;
 use crate::core::pod::records::SKIP_LABEL;
-use crate::core::rules::{CompileOptions, MappingInput, Scope};
+use crate::core::rules::{CompileOptions, MappingInput, MappingScope, RuleRef, RuleSet};
 
 fn rules(inputs: &[MappingInput]) -> RuleSet {
     RuleSet::compile(inputs, &CompileOptions::default())
@@ -13,7 +14,7 @@ fn rules(inputs: &[MappingInput]) -> RuleSet {
 
 fn cluster_mapping(name: &str, repo: &str, to: &str) -> MappingInput {
     MappingInput {
-        scope: Scope::Cluster,
+        scope: MappingScope::Cluster,
         namespace: None,
         ..repository_mapping(name, repo, to, false)
     }
@@ -61,15 +62,17 @@ fn pod(spec: &Value) -> Value {
 fn decide_create(set: &RuleSet, pod: &Value) -> Decision {
     let labels = BTreeMap::from([("kubernetes.io/metadata.name".into(), "dev".into())]);
     decide(
-        set,
-        &PodRequest {
-            namespace: "dev",
-            namespace_labels: &labels,
-            pod,
-            change: Change::Create,
+        &Admission {
+            rules: set,
+            namespace_labels: &|_: &str| labels.clone(),
+            digest_of: &no_digest,
             runner_images: &no_runner,
         },
-        &no_digest,
+        &PodRequest {
+            namespace: "dev",
+            pod,
+            change: PodChange::Create,
+        },
     )
 }
 
@@ -272,15 +275,17 @@ fn a_followed_tag_is_pinned_from_memory_or_admitted_as_written_and_counted() {
     let known = |_: &str, _: Option<&RuleRef>, _: &str| Some(digest.clone());
     let labels = BTreeMap::new();
     let d = decide(
-        &set,
-        &PodRequest {
-            namespace: "dev",
-            namespace_labels: &labels,
-            pod: &p,
-            change: Change::Create,
+        &Admission {
+            rules: &set,
+            namespace_labels: &|_: &str| labels.clone(),
+            digest_of: &known,
             runner_images: &no_runner,
         },
-        &known,
+        &PodRequest {
+            namespace: "dev",
+            pod: &p,
+            change: PodChange::Create,
+        },
     );
     assert_eq!(d.unpinned, 0);
     assert_eq!(
@@ -308,15 +313,17 @@ fn only_the_ephemeral_containers_a_request_adds_are_mapped_and_told_in_warnings(
         .push(json!({"name": "debug2", "image": "busybox:1.36"}));
     let labels = BTreeMap::new();
     let d = decide(
-        &set,
-        &PodRequest {
-            namespace: "dev",
-            namespace_labels: &labels,
-            pod: &new,
-            change: Change::EphemeralContainers { old: &old },
+        &Admission {
+            rules: &set,
+            namespace_labels: &|_: &str| labels.clone(),
+            digest_of: &no_digest,
             runner_images: &no_runner,
         },
-        &no_digest,
+        &PodRequest {
+            namespace: "dev",
+            pod: &new,
+            change: PodChange::EphemeralContainers { old: &old },
+        },
     );
     assert_eq!(d.outcome, Outcome::Mutated);
     let after = patched(&new, &d);
@@ -475,15 +482,17 @@ fn a_migrations_target_pod_runs_what_its_source_runs_not_what_the_rules_say() {
         ]))
     };
     let d = decide(
-        &set,
-        &PodRequest {
-            namespace: "dev",
-            namespace_labels: &labels,
-            pod: &p,
-            change: Change::Create,
+        &Admission {
+            rules: &set,
+            namespace_labels: &|_: &str| labels.clone(),
+            digest_of: &no_digest,
             runner_images: &source,
         },
-        &no_digest,
+        &PodRequest {
+            namespace: "dev",
+            pod: &p,
+            change: PodChange::Create,
+        },
     );
     let after = patched(&p, &d);
     assert_eq!(after["spec"]["initContainers"][0]["image"], "old.io/disk:7");
@@ -500,15 +509,17 @@ fn a_migrations_target_pod_runs_what_its_source_runs_not_what_the_rules_say() {
         .unwrap()
         .push(json!({"name": "extra", "image": "busybox:2"}));
     let d = decide(
-        &set,
-        &PodRequest {
-            namespace: "dev",
-            namespace_labels: &labels,
-            pod: &forged,
-            change: Change::Create,
+        &Admission {
+            rules: &set,
+            namespace_labels: &|_: &str| labels.clone(),
+            digest_of: &no_digest,
             runner_images: &source,
         },
-        &no_digest,
+        &PodRequest {
+            namespace: "dev",
+            pod: &forged,
+            change: PodChange::Create,
+        },
     );
     let after = patched(&forged, &d);
     assert_eq!(

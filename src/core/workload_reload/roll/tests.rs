@@ -22,15 +22,15 @@ fn pod(name: &str, uid: &str, mapped: bool) -> LivePod {
     }
 }
 
-fn change() -> Vec<Change> {
-    vec![Change {
+fn change() -> Vec<StaleSlot> {
+    vec![StaleSlot {
         slot: "app".into(),
         running: "a".into(),
         resolved: "b".into(),
     }]
 }
 
-fn status(progress: Progress) -> WorkloadStatus {
+fn status(progress: RolloutProgress) -> WorkloadStatus {
     WorkloadStatus {
         uid: "w".into(),
         progress,
@@ -51,7 +51,7 @@ fn pods_roll_one_at_a_time_each_after_the_last_replacement_is_available() {
         pod("b", "2", true),
         pod("c", "3", true),
     );
-    let settled = status(Progress::Settled);
+    let settled = status(RolloutProgress::Settled);
     let mut memory = RollMemory::default();
     let pods = [
         RollPod {
@@ -69,7 +69,7 @@ fn pods_roll_one_at_a_time_each_after_the_last_replacement_is_available() {
     ];
     assert_eq!(
         step(Some(&settled), &pods, &mut memory, now()),
-        Step::Evict {
+        RollStep::Evict {
             name: "a".into(),
             uid: "1".into()
         }
@@ -97,12 +97,12 @@ fn pods_roll_one_at_a_time_each_after_the_last_replacement_is_available() {
     ];
     assert!(matches!(
         step(Some(&settled), &pods, &mut memory, now()),
-        Step::Wait(Wait::Replacement { .. })
+        RollStep::Wait(Wait::Replacement { .. })
     ));
     // Still going, and its replacement Available, the workload settled: the next goes
     // without waiting for the grace period.
     let ready = pod("a2", "4", true);
-    let none: Vec<Change> = Vec::new();
+    let none: Vec<StaleSlot> = Vec::new();
     let while_going = [
         RollPod {
             pod: &going,
@@ -129,7 +129,7 @@ fn pods_roll_one_at_a_time_each_after_the_last_replacement_is_available() {
             &mut early,
             now() + Duration::from_secs(10)
         ),
-        Step::Evict {
+        RollStep::Evict {
             name: "b".into(),
             uid: "2".into()
         }
@@ -139,7 +139,7 @@ fn pods_roll_one_at_a_time_each_after_the_last_replacement_is_available() {
         ready_since: Some(now()),
         ..pod("a2", "4", true)
     };
-    let current: Vec<Change> = Vec::new();
+    let current: Vec<StaleSlot> = Vec::new();
     let pods = [
         RollPod {
             pod: &fresh,
@@ -156,23 +156,23 @@ fn pods_roll_one_at_a_time_each_after_the_last_replacement_is_available() {
     ];
     assert!(matches!(
         step(Some(&settled), &pods, &mut memory, now()),
-        Step::Wait(Wait::Replacement { .. })
+        RollStep::Wait(Wait::Replacement { .. })
     ));
     // Available, but the workload's status not yet settled: wait.
     let later = now() + Duration::from_secs(10);
     assert!(matches!(
         step(
-            Some(&status(Progress::Unavailable)),
+            Some(&status(RolloutProgress::Unavailable)),
             &pods,
             &mut memory,
             later
         ),
-        Step::Wait(Wait::Replacement { .. })
+        RollStep::Wait(Wait::Replacement { .. })
     ));
     // All there: the next.
     assert_eq!(
         step(Some(&settled), &pods, &mut memory, later),
-        Step::Evict {
+        RollStep::Evict {
             name: "b".into(),
             uid: "2".into()
         }
@@ -192,25 +192,25 @@ fn nothing_is_evicted_during_the_workloads_own_rollout_or_while_it_is_short() {
     let mut memory = RollMemory::default();
     assert_eq!(
         step(
-            Some(&status(Progress::OwnRollout)),
+            Some(&status(RolloutProgress::OwnRollout)),
             &pods,
             &mut memory,
             now()
         ),
-        Step::Wait(Wait::OwnRollout)
+        RollStep::Wait(Wait::OwnRollout)
     );
     assert_eq!(
         step(
-            Some(&status(Progress::Unavailable)),
+            Some(&status(RolloutProgress::Unavailable)),
             &pods,
             &mut memory,
             now()
         ),
-        Step::Wait(Wait::Unavailable)
+        RollStep::Wait(Wait::Unavailable)
     );
     assert_eq!(
         step(None, &pods, &mut memory, now()),
-        Step::Wait(Wait::NotListed)
+        RollStep::Wait(Wait::NotListed)
     );
     let unready = LivePod {
         ready_since: None,
@@ -221,23 +221,28 @@ fn nothing_is_evicted_during_the_workloads_own_rollout_or_while_it_is_short() {
         changes: &stale,
     }];
     assert_eq!(
-        step(Some(&status(Progress::Settled)), &pods, &mut memory, now()),
-        Step::Wait(Wait::Unavailable)
+        step(
+            Some(&status(RolloutProgress::Settled)),
+            &pods,
+            &mut memory,
+            now()
+        ),
+        RollStep::Wait(Wait::Unavailable)
     );
     // Nothing stale: current, whatever the status.
-    let none: Vec<Change> = Vec::new();
+    let none: Vec<StaleSlot> = Vec::new();
     let pods = [RollPod {
         pod: &a,
         changes: &none,
     }];
-    assert_eq!(step(None, &pods, &mut memory, now()), Step::Current);
+    assert_eq!(step(None, &pods, &mut memory, now()), RollStep::Current);
 }
 
 #[test]
 fn a_replacement_that_came_back_unmapped_is_never_evicted_and_holds_the_roll() {
     let stale = change();
     let (a, b) = (pod("a", "1", true), pod("b", "2", true));
-    let settled = status(Progress::Settled);
+    let settled = status(RolloutProgress::Settled);
     let mut memory = RollMemory::default();
     let pods = [
         RollPod {
@@ -264,7 +269,7 @@ fn a_replacement_that_came_back_unmapped_is_never_evicted_and_holds_the_roll() {
     let later = now() + Duration::from_secs(10);
     assert_eq!(
         step(Some(&settled), &pods, &mut memory, later),
-        Step::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
+        RollStep::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
     );
     assert!(memory.unmapped.contains("3"));
     assert_eq!(left(&pods, &memory), 1);
@@ -276,7 +281,7 @@ fn a_replacement_that_came_back_unmapped_is_never_evicted_and_holds_the_roll() {
     for _ in 0..3 {
         assert_eq!(
             step(Some(&settled), &alone, &mut memory, later),
-            Step::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
+            RollStep::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
         );
     }
     // Once it is gone, the roll goes on.
@@ -286,7 +291,7 @@ fn a_replacement_that_came_back_unmapped_is_never_evicted_and_holds_the_roll() {
     }];
     assert_eq!(
         step(Some(&settled), &pods, &mut memory, later),
-        Step::Evict {
+        RollStep::Evict {
             name: "b".into(),
             uid: "2".into()
         }
@@ -305,8 +310,13 @@ fn a_replacement_not_available_in_time_is_reported_stalled() {
     memory.evicting("a", "1", &pods, now());
     let late = now() + STALLED_AFTER;
     assert_eq!(
-        step(Some(&status(Progress::Settled)), &pods, &mut memory, late),
-        Step::Wait(Wait::Stalled {
+        step(
+            Some(&status(RolloutProgress::Settled)),
+            &pods,
+            &mut memory,
+            late
+        ),
+        RollStep::Wait(Wait::Stalled {
             evicted: "a".into()
         })
     );
@@ -314,8 +324,8 @@ fn a_replacement_not_available_in_time_is_reported_stalled() {
 
 #[test]
 fn events_are_bounded_and_say_what_happens() {
-    let many: Vec<Change> = (0..6)
-        .map(|i| Change {
+    let many: Vec<StaleSlot> = (0..6)
+        .map(|i| StaleSlot {
             slot: format!("c{i}"),
             running: "x".repeat(10_000),
             resolved: "y".repeat(10_000),
@@ -364,8 +374,13 @@ fn a_replacement_marked_unmapped_by_an_earlier_leader_is_never_evicted() {
     // A new leader: nothing remembered.
     let mut memory = RollMemory::default();
     assert_eq!(
-        step(Some(&status(Progress::Settled)), &pods, &mut memory, now()),
-        Step::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
+        step(
+            Some(&status(RolloutProgress::Settled)),
+            &pods,
+            &mut memory,
+            now()
+        ),
+        RollStep::Wait(Wait::UnmappedReplacement { pod: "a2".into() })
     );
     assert_eq!(left(&pods, &memory), 1);
 }

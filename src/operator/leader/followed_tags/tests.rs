@@ -197,19 +197,23 @@ fn one_tag_followed_by_the_cluster_and_by_a_namespace_is_two_checks() {
     };
     let cluster = Followed::of(
         R,
-        Some(&rule(Scope::Cluster, None, MatchKind::Repository)),
+        Some(&rule(MappingScope::Cluster, None, MatchKind::Repository)),
         "dev",
     );
     let tenant = Followed::of(
         R,
-        Some(&rule(Scope::Namespaced, Some("dev"), MatchKind::Repository)),
+        Some(&rule(
+            MappingScope::Namespaced,
+            Some("dev"),
+            MatchKind::Repository,
+        )),
         "dev",
     );
     assert_eq!(cluster.by, FollowedBy::Cluster);
     assert_eq!(tenant.by, FollowedBy::Namespace("dev".into()));
     // A cluster rule that lets the VM name the path follows for the VM's namespace.
     for kind in [MatchKind::Prefix, MatchKind::Regex] {
-        let chosen = Followed::of(R, Some(&rule(Scope::Cluster, None, kind)), "dev");
+        let chosen = Followed::of(R, Some(&rule(MappingScope::Cluster, None, kind)), "dev");
         assert_eq!(chosen.by, FollowedBy::Namespace("dev".into()), "{kind:?}");
     }
     assert_eq!(
@@ -225,8 +229,8 @@ fn one_tag_followed_by_the_cluster_and_by_a_namespace_is_two_checks() {
     tags.checked(&cluster, Ok("sha256:1".into()), t0, S);
     assert_eq!(tags.digest(&cluster).as_deref(), Some("sha256:1"));
     assert_eq!(tags.digest(&tenant), None, "answers are not shared");
-    let cluster_mapping = rule(Scope::Cluster, None, MatchKind::Repository).mapping;
-    let tenant_mapping = rule(Scope::Namespaced, Some("dev"), MatchKind::Repository).mapping;
+    let cluster_mapping = rule(MappingScope::Cluster, None, MatchKind::Repository).mapping;
+    let tenant_mapping = rule(MappingScope::Namespaced, Some("dev"), MatchKind::Repository).mapping;
     assert_eq!(
         tags.digest_for_mapping(&cluster_mapping, R).as_deref(),
         Some("sha256:1")

@@ -10,16 +10,17 @@ use kube::Client;
 use kube::ResourceExt;
 use kube::api::Api;
 
+use crate::core::admission::pod_view::Admission;
 use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::core::conditions;
 use crate::core::mapping_status::{self, MappingView, VmCount, VmTally};
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::neonvm::reload::LIVE_RELOAD_LABEL;
-use crate::core::neonvm::{self, RestartPolicy};
+use crate::core::neonvm::{self, NeonVmRestartPolicy};
 use crate::core::neonvm_status::slot_statuses;
 use crate::core::rule_change;
-use crate::core::rules::{MappingKey, Mode, RuleSet, Scope};
-use crate::core::vm_images::{self, Resolutions, VmResolution, VmView};
+use crate::core::rules::{MappingKey, MappingScope, Mode, RuleSet};
+use crate::core::vm_images::{Resolutions, VmResolution, VmView};
 use crate::core::vm_plan;
 use crate::operator::leader::followed_tags::FollowedTags;
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;
@@ -171,27 +172,32 @@ impl Counted {
     /// forgets those gone.
     fn count_neonvm(&mut self, ctx: &StatusWriter, rules: &Arc<RuleSet>) {
         let mut now = HashSet::new();
+        // As admission maps NeonVM's runner pods, before a followed tag is pinned.
+        let labels_of = |namespace: &str| ctx.caches.namespace_labels(namespace);
+        let admission = Admission::without_digests(rules, &labels_of);
         for vm in ctx.neonvm.vms() {
             if !ctx.options.acts_in(&vm.namespace) {
                 continue;
             }
             let key = NamespacedName::new(&vm.namespace, &format!("{}/{}", neonvm::GROUP, vm.name));
-            let labels = ctx.caches.namespace_labels(&vm.namespace);
             let runner = ctx.options.neonvm_default_runner_image.as_deref();
-            let who = vm.requester(&labels);
+            let slots = vm.slots(runner);
+            let asked = slots
+                .iter()
+                .map(|s| (s.slot.as_str(), s.requested.as_str()));
             let resolution = VmResolution {
-                slots: vm
-                    .slots(runner)
+                slots: admission
+                    .slots(&vm.namespace, &vm.labels, asked)
                     .into_iter()
-                    .map(|slot| vm_images::resolve_slot(rules, slot, &who, Mode::Live))
+                    .map(|outcome| outcome.resolution)
                     .collect(),
             };
             let pod = ctx.neonvm.runner_pod(&vm).map(|p| p.images);
             // Live reload replaces the pod only under restartPolicy Always.
             let reloads = vm.labels.get(LIVE_RELOAD_LABEL).map(String::as_str) == Some("true")
-                && vm.restart_policy == RestartPolicy::Always;
+                && vm.restart_policy == NeonVmRestartPolicy::Always;
             let awaiting = !reloads
-                && slot_statuses(&vm, pod.as_ref(), rules, &labels, runner)
+                && slot_statuses(&vm, pod.as_ref(), &admission, runner)
                     .iter()
                     .any(|s| s.running.is_some() && s.resolved.is_some() && !s.current);
             let count = VmCount::of(&resolution, None, &BTreeSet::new(), awaiting);
@@ -238,12 +244,12 @@ async fn write_statuses(ctx: &StatusWriter, counted: &mut Counted) -> usize {
             continue;
         };
         let written = match m.key.scope {
-            Scope::Namespaced => {
+            MappingScope::Namespaced => {
                 let ns = m.key.namespace.as_deref().unwrap_or_default();
                 let api: Api<ImageMapping> = Api::namespaced(ctx.client.clone(), ns);
                 apply_status(&api, &m.key.name, m.previous, status).await
             }
-            Scope::Cluster => {
+            MappingScope::Cluster => {
                 let api: Api<ClusterImageMapping> = Api::all(ctx.client.clone());
                 apply_status(&api, &m.key.name, m.previous, status).await
             }

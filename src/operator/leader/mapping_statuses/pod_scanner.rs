@@ -22,14 +22,12 @@ use crate::core::admission::scope::Excluded;
 use crate::core::excerpt::excerpt;
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::pod::records::{LIVE_RELOAD_LABEL, MAPPED, MAPPED_LABEL};
-use crate::core::rules::change_reach::Reach;
+use crate::core::rules::change_reach::ChangeReach;
 use crate::core::rules::{MappingKey, RuleSet};
 use crate::core::workload_reload::live_pod::LivePod;
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;
-use crate::operator::replica::digests::followed::Followed;
-use crate::operator::replica::digests::verified_digests::VerifiedDigests;
-use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
-use crate::operator::replica::watches::caches::Caches;
+use crate::operator::replica::admission_sources::AdmissionSources;
+use crate::operator::replica::watches::caches::namespace_labels;
 use crate::operator::watch_toolkit::listed::Listed;
 
 /// Most pods a page of the LIST holds.
@@ -46,9 +44,8 @@ pub struct PodScanner {
     pub excluded: Excluded,
     /// How often one namespace is scanned at most after changes of rules.
     pub per_namespace: Duration,
-    pub caches: Caches,
-    pub rules: Arc<RulesInForce>,
-    pub digests: Arc<VerifiedDigests>,
+    /// What admission maps pods from: what the pods found are judged by.
+    pub admission: AdmissionSources,
     pub counts: Arc<PodCounts>,
     /// What it judges from, listed once: the rules, the namespaces' labels, the digests.
     pub loaded: Vec<Listed>,
@@ -72,11 +69,9 @@ impl PodScanner {
             return None;
         }
         let live = LivePod::read(pod)?;
-        let labels = self.caches.namespace_labels(&namespace);
-        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
-            self.digests.get(&Followed::of(reference, rule, ns))
-        };
-        let (_, mappings) = live.stale(rules, &namespace, &labels, &digest_of);
+        let (_, mappings) = self
+            .admission
+            .view_with(rules, |admission| live.stale(admission, &namespace));
         (!mappings.is_empty()).then(|| (NamespacedName::new(&namespace, &live.name), mappings))
     }
 
@@ -87,7 +82,7 @@ impl PodScanner {
             None if self.namespaces.is_empty() => vec![None],
             None => self.namespaces.iter().map(|ns| Some(ns.as_str())).collect(),
         };
-        let rules = self.rules.current();
+        let rules = self.admission.rules.current();
         for scope in scopes {
             let api: Api<Pod> = match scope {
                 Some(ns) => Api::namespaced(self.client.clone(), ns),
@@ -121,7 +116,7 @@ impl PodScanner {
     /// The namespaces in scope, with their labels.
     fn namespaces(&self) -> BTreeMap<String, BTreeMap<String, String>> {
         let names: Vec<String> = if self.namespaces.is_empty() {
-            self.caches
+            self.admission
                 .namespaces
                 .state()
                 .iter()
@@ -134,7 +129,7 @@ impl PodScanner {
             .into_iter()
             .filter(|ns| !self.excluded.contains(ns))
             .map(|ns| {
-                let labels = self.caches.namespace_labels(&ns);
+                let labels = namespace_labels(&self.admission.namespaces, &ns);
                 (ns, labels)
             })
             .collect()
@@ -146,8 +141,8 @@ pub async fn run(scanner: PodScanner) {
     for listed in &scanner.loaded {
         listed.wait().await;
     }
-    let mut rules = scanner.rules.changes();
-    let mut counted_under = scanner.rules.current();
+    let mut rules = scanner.admission.rules.changes();
+    let mut counted_under = scanner.admission.rules.current();
     let mut last_scan: HashMap<String, Instant> = HashMap::new();
     let mut pending: BTreeSet<String> = BTreeSet::new();
     let mut next_full = Instant::now();
@@ -184,8 +179,8 @@ pub async fn run(scanner: PodScanner) {
             .map_or(next_full, |at| at.min(next_full));
         tokio::select! {
             Ok(()) = rules.changed() => {
-                let current = scanner.rules.current();
-                let reach = Reach::of_change(&counted_under, &current);
+                let current = scanner.admission.rules.current();
+                let reach = ChangeReach::of_change(&counted_under, &current);
                 counted_under = current;
                 for (ns, labels) in scanner.namespaces() {
                     if reach.reaches(&ns, &labels) {

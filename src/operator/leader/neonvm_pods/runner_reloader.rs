@@ -19,18 +19,14 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 
-use crate::core::admission::pod_mutation::admitted;
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::neonvm::NeonVm;
 use crate::core::neonvm::reload::{self, Replaced, Verdict};
 use crate::operator::leader::followed_tags::{FollowedTags, Follower};
 use crate::operator::leader::mapping_statuses::status_due::StatusDue;
 use crate::operator::leader::recreation_budget::RecreationBudget;
+use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::replica::digests::followed::Followed;
-use crate::operator::replica::digests::verified_digests::VerifiedDigests;
-use crate::operator::replica::neonvm_watch::neonvm_state::NeonVmState;
-use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
-use crate::operator::replica::watches::caches::Caches;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::writes::event_recorder::EventRecorder;
 
@@ -42,11 +38,10 @@ const LOOK_AGAIN: Duration = Duration::from_secs(10);
 pub struct RunnerReloader {
     /// The leader's (fenced) client.
     pub client: Client,
-    pub state: Arc<NeonVmState>,
-    pub rules: Arc<RulesInForce>,
-    pub digests: Arc<VerifiedDigests>,
+    /// What admission maps runner pods from (NeonVM's VMs and pods among it): what the
+    /// VMs are judged by.
+    pub admission: AdmissionSources,
     pub followed: Arc<FollowedTags>,
-    pub caches: Caches,
     pub recorder: EventRecorder,
     pub budget: Arc<RecreationBudget>,
     /// The mapping statuses count NeonVM's VMs: told when they change.
@@ -74,17 +69,17 @@ impl RunnerReloader {
     /// What the rules make of each of `vm`'s slots now (as admission maps them), and the
     /// tags they follow.
     fn resolved(&self, vm: &NeonVm) -> (BTreeMap<String, String>, Vec<Followed>) {
-        let rules = self.rules.current();
-        let namespace_labels = self.caches.namespace_labels(&vm.namespace);
-        let who = vm.requester(&namespace_labels);
-        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
-            self.digests.get(&Followed::of(reference, rule, ns))
-        };
+        let slots = vm.slots(self.default_runner.as_deref());
+        let asked = slots
+            .iter()
+            .map(|s| (s.slot.as_str(), s.requested.as_str()));
+        let outcomes = self
+            .admission
+            .view(|admission| admission.slots(&vm.namespace, &vm.labels, asked));
         let mut images = BTreeMap::new();
         let mut follows = Vec::new();
-        for slot in vm.slots(self.default_runner.as_deref()) {
-            let (resolution, image, _) =
-                admitted(&rules, &who, &slot.slot, &slot.requested, &digest_of);
+        for outcome in outcomes {
+            let resolution = &outcome.resolution;
             if let (true, Ok(reference)) = (resolution.follow_tag, &resolution.outcome) {
                 follows.push(Followed::of(
                     reference,
@@ -92,7 +87,7 @@ impl RunnerReloader {
                     &vm.namespace,
                 ));
             }
-            images.insert(slot.slot, image.unwrap_or(slot.requested));
+            images.insert(outcome.slot, outcome.image.unwrap_or(outcome.requested));
         }
         (images, follows)
     }
@@ -107,7 +102,7 @@ impl RunnerReloader {
         let (resolved, follows) = self.resolved(vm);
         self.followed
             .follow_as(&Follower::NeonVm(key.clone()), follows, Instant::now());
-        let Some(pod) = self.state.runner_pod(vm) else {
+        let Some(pod) = self.admission.neonvm.runner_pod(vm) else {
             return;
         };
         let seen = reload::Pod {
@@ -115,7 +110,7 @@ impl RunnerReloader {
             images: &pod.images,
             deleting: pod.deleting,
         };
-        let migrating = self.state.migration_under_way(vm);
+        let migrating = self.admission.neonvm.migration_under_way(vm);
         let verdict = reload::verdict(
             vm,
             Some(seen),
@@ -198,11 +193,11 @@ pub async fn run(reloader: RunnerReloader) {
     for listed in &reloader.loaded {
         listed.wait().await;
     }
-    let mut rules = reloader.rules.changes();
-    let mut digests = reloader.digests.changes();
+    let mut rules = reloader.admission.rules.changes();
+    let mut digests = reloader.admission.digests.changes();
     let mut memory: HashMap<NamespacedName, Memory> = HashMap::new();
     loop {
-        let vms = reloader.state.vms();
+        let vms = reloader.admission.neonvm.vms();
         let present: std::collections::HashSet<NamespacedName> = vms
             .iter()
             .map(|vm| NamespacedName::new(&vm.namespace, &vm.name))
@@ -222,7 +217,7 @@ pub async fn run(reloader: RunnerReloader) {
             reloader.look(vm, memory.entry(key).or_default()).await;
         }
         tokio::select! {
-            () = reloader.state.changed.notified() => reloader.status_due.neonvm(),
+            () = reloader.admission.neonvm.changed.notified() => reloader.status_due.neonvm(),
             _ = rules.changed() => {}
             _ = digests.changed() => {}
             () = tokio::time::sleep(LOOK_AGAIN) => {}

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 
+use crate::core::namespaced_name::NamespacedName;
 use crate::operator::leader::followed_tags::FollowedTags;
-use crate::operator::options::SecretName;
 use crate::operator::watch_toolkit::watch_backoff::WatchBackoff;
 use crate::operator::writes::event_recorder::EventRecorder;
 use crate::registry::{CredentialSource, Registries, RegistryCredentials};
@@ -33,7 +33,7 @@ pub struct CredentialsWatcher {
 }
 
 /// Runs until the operator stops.
-pub async fn run(ctx: CredentialsWatcher, secret: SecretName) {
+pub async fn run(ctx: CredentialsWatcher, secret: NamespacedName) {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret.namespace);
     // The Secret as it is, `None` once it is gone or missing from a list.
     let mut events = watcher::watch_object(api, &secret.name)
@@ -79,7 +79,7 @@ struct Reading {
     problems: Vec<String>,
 }
 
-fn read_failed(secret: &SecretName, why: String) -> Reading {
+fn read_failed(secret: &NamespacedName, why: String) -> Reading {
     Reading {
         source: CredentialSource::Unusable {
             secret: secret.to_string(),
@@ -91,7 +91,7 @@ fn read_failed(secret: &SecretName, why: String) -> Reading {
 }
 
 /// Reads the Secret as seen (`None`: it does not exist).
-fn read(secret: &SecretName, seen: Option<&Secret>) -> Reading {
+fn read(secret: &NamespacedName, seen: Option<&Secret>) -> Reading {
     let Some(object) = seen else {
         return Reading {
             source: CredentialSource::Missing(secret.to_string()),
@@ -111,7 +111,7 @@ fn read(secret: &SecretName, seen: Option<&Secret>) -> Reading {
 
 async fn put_in_force(
     ctx: &CredentialsWatcher,
-    secret: &SecretName,
+    secret: &NamespacedName,
     object: Option<&Secret>,
     reading: Reading,
 ) {
@@ -164,8 +164,8 @@ mod tests {
     use super::*;
     use crate::registry::credentials::{SECRET_KEY, SECRET_TYPE};
 
-    fn name() -> SecretName {
-        SecretName {
+    fn name() -> NamespacedName {
+        NamespacedName {
             namespace: "imagemap-system".into(),
             name: "creds".into(),
         }

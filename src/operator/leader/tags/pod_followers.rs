@@ -24,9 +24,8 @@ use crate::core::namespaced_name::NamespacedName;
 use crate::core::pod::records::{self, MAPPED, MAPPED_LABEL};
 use crate::operator::leader::followed_tags::{FollowedTags, Follower};
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;
+use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::replica::digests::followed::Followed;
-use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
-use crate::operator::replica::watches::caches::Caches;
 use crate::operator::watch_toolkit::scoped_watches::{Relists, key_of, watches};
 use crate::operator::watch_toolkit::watch_backoff::WatchBackoff;
 
@@ -35,8 +34,8 @@ pub struct PodFollowers {
     pub client: Client,
     /// The namespaces the operator acts in (empty: all).
     pub namespaces: Vec<String>,
-    pub caches: Caches,
-    pub rules: Arc<RulesInForce>,
+    /// What admission maps pods from: what a mapped pod's records resolve to now.
+    pub admission: AdmissionSources,
     pub followed: Arc<FollowedTags>,
     pub counts: Arc<PodCounts>,
 }
@@ -61,15 +60,9 @@ impl Kept {
 impl PodFollowers {
     /// Resolves `pod` by the rules in force: follows its tags, counts its rules.
     fn judge(&self, key: &NamespacedName, pod: &Kept) {
-        let namespace_labels = self.caches.namespace_labels(&key.namespace);
-        let rules = self.rules.current();
-        let resolved = pod_follows(
-            &rules,
-            &key.namespace,
-            &pod.labels,
-            &pod.originals,
-            &namespace_labels,
-        );
+        let resolved = self
+            .admission
+            .view(|admission| pod_follows(admission, &key.namespace, &pod.labels, &pod.originals));
         let follows = resolved
             .follows
             .into_iter()
@@ -99,7 +92,7 @@ pub async fn run(followers: PodFollowers) {
         &config,
         |api, config| watcher(api, config).backoff(WatchBackoff::default()),
     );
-    let mut rules = followers.rules.changes();
+    let mut rules = followers.admission.rules.changes();
     // Borrowed by one of `relists.apply`'s two closures at a time.
     let pods: RefCell<HashMap<NamespacedName, Kept>> = RefCell::default();
     let mut relists = Relists::default();

@@ -16,8 +16,8 @@ use crate::operator::leader::followed_tags::FollowedTags;
 use crate::operator::leader::mapping_statuses::status_due::StatusDue;
 use crate::operator::leader::vms::trigger::Trigger;
 use crate::operator::options::Options;
+use crate::operator::replica::rule_watch::rules_changed::RulesChanged;
 use crate::operator::replica::rule_watch::rules_in_force::RuleChange;
-use crate::operator::replica::rule_watch::rules_watcher::RulesChanged;
 use crate::operator::replica::watches::caches::Caches;
 use crate::operator::writes::event_recorder::EventRecorder;
 

@@ -18,10 +18,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::core::excerpt::excerpt;
+use crate::core::namespaced_name::NamespacedName;
 use crate::core::webhook_certificate::hosts::hosts;
 use crate::core::webhook_certificate::plan::{self, Lifetimes, Next, Stored, Write};
 use crate::core::webhook_certificate::{CA_BUNDLE, CA_KEY, CERT, KEY};
-use crate::operator::options::SecretName;
 use crate::operator::watch_toolkit::watch_backoff::WatchBackoff;
 
 /// The field manager of the Secret's data.
@@ -35,7 +35,7 @@ const RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins
 pub struct CertificateKeeper {
     /// The leader's (fenced) client.
     pub client: Client,
-    pub secret: SecretName,
+    pub secret: NamespacedName,
     pub configuration: String,
     pub lifetimes: Lifetimes,
 }

@@ -23,21 +23,19 @@ use serde_json::json;
 use crate::core::excerpt::excerpt;
 use crate::core::mapping_status::ReloadCount;
 use crate::core::namespaced_name::NamespacedName;
+use crate::core::notice::Notice;
 use crate::core::rules::{MappingKey, RuleSet};
-use crate::core::vm_plan::VmEvent;
+use crate::core::stale_slot::StaleSlot;
 use crate::core::workload_reload::live_pod::{LivePod, UNMAPPED_REPLACEMENT_ANNOTATION};
-use crate::core::workload_reload::roll::{self, RollMemory, RollPod, Step, Wait};
+use crate::core::workload_reload::roll::{self, RollMemory, RollPod, RollStep, Wait};
 use crate::core::workload_reload::workload_status::WorkloadStatus;
-use crate::core::workload_reload::{Change, PodOwner, WorkloadKey, WorkloadKind};
+use crate::core::workload_reload::{PodOwner, WorkloadKey, WorkloadKind};
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;
 use crate::operator::leader::recreation_budget::RecreationBudget;
 use crate::operator::leader::workloads::eviction::{Eviction, evict};
 use crate::operator::leader::workloads::workload_state::WorkloadState;
 use crate::operator::observe::metrics::Metrics;
-use crate::operator::replica::digests::followed::Followed;
-use crate::operator::replica::digests::verified_digests::VerifiedDigests;
-use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
-use crate::operator::replica::watches::caches::Caches;
+use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::writes::event_recorder::EventRecorder;
 use crate::operator::writes::requests::patch_pod_metadata;
@@ -56,9 +54,8 @@ pub struct WorkloadRoller {
     /// The leader's (fenced) client that kube does not retry.
     pub evictions: Client,
     pub state: Arc<WorkloadState>,
-    pub rules: Arc<RulesInForce>,
-    pub digests: Arc<VerifiedDigests>,
-    pub caches: Caches,
+    /// What admission maps the replacements from: what their pods are judged by.
+    pub admission: AdmissionSources,
     pub recorder: EventRecorder,
     pub budget: Arc<RecreationBudget>,
     pub metrics: Arc<Metrics>,
@@ -81,7 +78,7 @@ struct Memory {
 }
 
 /// A labelled pod of a workload, what changed, and the mappings whose rules changed it.
-type Group = Vec<(LivePod, Vec<Change>, BTreeSet<MappingKey>)>;
+type Group = Vec<(LivePod, Vec<StaleSlot>, BTreeSet<MappingKey>)>;
 
 impl WorkloadRoller {
     /// Each labelled pod's changes, grouped by the workload that rolls it; pods nothing
@@ -92,15 +89,13 @@ impl WorkloadRoller {
         told: &mut HashMap<String, (&'static str, String)>,
         counted: &mut Vec<(NamespacedName, ReloadCount)>,
     ) -> BTreeMap<WorkloadKey, Group> {
-        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
-            self.digests.get(&Followed::of(reference, rule, ns))
-        };
         let mut groups: BTreeMap<WorkloadKey, Group> = BTreeMap::new();
         let mut present = HashSet::new();
         for (key, pod) in self.state.pods() {
             present.insert(pod.uid.clone());
-            let namespace_labels = self.caches.namespace_labels(&key.namespace);
-            let (found, mappings) = pod.stale(rules, &key.namespace, &namespace_labels, &digest_of);
+            let (found, mappings) = self
+                .admission
+                .view_with(rules, |admission| pod.stale(admission, &key.namespace));
             if !pod.mapped && !mappings.is_empty() {
                 let unmapped = ReloadCount {
                     unmapped: mappings.clone(),
@@ -157,7 +152,7 @@ impl WorkloadRoller {
         &self,
         key: &NamespacedName,
         pod: &LivePod,
-        event: &VmEvent,
+        event: &Notice,
         told: &mut HashMap<String, (&'static str, String)>,
     ) {
         let said = (event.reason, event.message.clone());
@@ -192,7 +187,7 @@ impl WorkloadRoller {
         workload: &WorkloadKey,
         status: Option<&WorkloadStatus>,
         memory: &mut Memory,
-        event: &VmEvent,
+        event: &Notice,
     ) {
         let said = (event.reason, event.message.clone());
         if memory.told.as_ref() == Some(&said) {
@@ -230,7 +225,7 @@ impl WorkloadRoller {
         let step = roll::step(status.as_ref(), &pods, &mut memory.roll, Timestamp::now());
         let left = roll::left(&pods, &memory.roll);
         match step {
-            Step::Current => {
+            RollStep::Current => {
                 if memory.roll.replaced > 0 {
                     let event = roll::finished(memory.roll.replaced);
                     tracing::info!(%workload, replaced = memory.roll.replaced, "live reload finished");
@@ -239,12 +234,12 @@ impl WorkloadRoller {
                 memory.roll.replaced = 0;
                 false
             }
-            Step::Wait(Wait::Stalled { evicted }) => {
+            RollStep::Wait(Wait::Stalled { evicted }) => {
                 let event = roll::stalled(&evicted, left);
                 self.tell(workload, status.as_ref(), memory, &event).await;
                 true
             }
-            Step::Wait(Wait::UnmappedReplacement { pod }) => {
+            RollStep::Wait(Wait::UnmappedReplacement { pod }) => {
                 if let Some((p, changes, _)) = group.iter().find(|(p, _, _)| p.name == pod) {
                     let key = NamespacedName::new(&workload.namespace, &p.name);
                     if !p.unmapped_replacement {
@@ -255,8 +250,8 @@ impl WorkloadRoller {
                 }
                 false
             }
-            Step::Wait(_) => true,
-            Step::Evict { name, uid } => {
+            RollStep::Wait(_) => true,
+            RollStep::Evict { name, uid } => {
                 if memory.not_before.is_some_and(|t| Instant::now() < t) {
                     return true;
                 }
@@ -369,12 +364,12 @@ pub async fn run(roller: WorkloadRoller) {
     for listed in &roller.loaded {
         listed.wait().await;
     }
-    let mut rules = roller.rules.changes();
-    let mut digests = roller.digests.changes();
+    let mut rules = roller.admission.rules.changes();
+    let mut digests = roller.admission.digests.changes();
     let mut memory: HashMap<WorkloadKey, Memory> = HashMap::new();
     let mut told: HashMap<String, (&'static str, String)> = HashMap::new();
     loop {
-        let current = roller.rules.current();
+        let current = roller.admission.rules.current();
         let mut counted = Vec::new();
         let groups = roller.group(&current, &mut told, &mut counted).await;
         // What is remembered of a workload goes with its last labelled pod.

@@ -1,7 +1,7 @@
 //! A followed tag as a key: the reference and whose rule follows it — how the digests every
 //! replica holds for admission, and the tags the leader follows, are looked up.
 
-use crate::core::rules::{MatchKind, RuleRef, Scope};
+use crate::core::rules::{MappingScope, MatchKind, RuleRef};
 
 /// Whose rule follows a tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,12 +26,12 @@ impl Followed {
     pub fn of(reference: &str, rule: Option<&RuleRef>, namespace: &str) -> Followed {
         let by = match rule {
             Some(r)
-                if r.mapping.scope == Scope::Cluster
+                if r.mapping.scope == MappingScope::Cluster
                     && matches!(r.kind, MatchKind::Exact | MatchKind::Repository) =>
             {
                 FollowedBy::Cluster
             }
-            Some(r) if r.mapping.scope == Scope::Namespaced => {
+            Some(r) if r.mapping.scope == MappingScope::Namespaced => {
                 FollowedBy::Namespace(r.mapping.namespace.clone().unwrap_or_default())
             }
             _ => FollowedBy::Namespace(namespace.to_string()),

@@ -16,7 +16,7 @@ use crate::operator::watch_toolkit::watch_backoff::WatchBackoff;
 
 /// One observation of the ConfigMap.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Observed {
+pub enum LocalRegistrySeen {
     /// It advertises this registry, or none (absent, or advertising no host).
     Advertised(Option<Arc<LocalRegistry>>),
     /// It says something unusable: no registry is taken from it.
@@ -29,24 +29,24 @@ pub enum Observed {
 }
 
 /// The ConfigMap's observations.
-pub fn observations(client: &Client) -> BoxStream<'static, Observed> {
+pub fn observations(client: &Client) -> BoxStream<'static, LocalRegistrySeen> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), local_registry::NAMESPACE);
     watcher::watch_object(api, local_registry::NAME)
         .backoff(WatchBackoff::default())
         .map(|event| match event {
             Ok(seen) => observe(seen.as_ref()),
-            Err(e) => Observed::Unread(excerpt(&e.to_string())),
+            Err(e) => LocalRegistrySeen::Unread(excerpt(&e.to_string())),
         })
         .boxed()
 }
 
 /// What the ConfigMap as seen (`None`: it does not exist) advertises.
-fn observe(seen: Option<&ConfigMap>) -> Observed {
+fn observe(seen: Option<&ConfigMap>) -> LocalRegistrySeen {
     let data = seen.and_then(|c| c.data.as_ref());
     match data.map(LocalRegistry::from_data) {
-        None | Some(Ok(None)) => Observed::Advertised(None),
-        Some(Ok(Some(registry))) => Observed::Advertised(Some(Arc::new(registry))),
-        Some(Err(why)) => Observed::Unusable {
+        None | Some(Ok(None)) => LocalRegistrySeen::Advertised(None),
+        Some(Ok(Some(registry))) => LocalRegistrySeen::Advertised(Some(Arc::new(registry))),
+        Some(Err(why)) => LocalRegistrySeen::Unusable {
             why,
             object: seen.map(|c| c.object_ref(&())).unwrap_or_default(),
         },
@@ -73,19 +73,20 @@ mod tests {
 
     #[test]
     fn absent_empty_advertised_and_unusable() {
-        assert_eq!(observe(None), Observed::Advertised(None));
+        assert_eq!(observe(None), LocalRegistrySeen::Advertised(None));
         assert_eq!(
             observe(Some(&ConfigMap::default())),
-            Observed::Advertised(None)
+            LocalRegistrySeen::Advertised(None)
         );
-        let Observed::Advertised(Some(r)) = observe(Some(&config_map("host: localhost:5000")))
+        let LocalRegistrySeen::Advertised(Some(r)) =
+            observe(Some(&config_map("host: localhost:5000")))
         else {
             panic!("not advertised");
         };
         assert_eq!(r.name(), "localhost:5000");
         assert!(matches!(
             observe(Some(&config_map("host: 'no host'"))),
-            Observed::Unusable { .. }
+            LocalRegistrySeen::Unusable { .. }
         ));
     }
 }

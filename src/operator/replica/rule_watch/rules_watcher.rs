@@ -1,5 +1,5 @@
 //! Mapping, namespace and local registry changes: recompile the rules, put them in force,
-//! and tell what changed ([`RulesChanged`]) to whoever acts on it — which also covers
+//! and tell what changed (`RulesChanged`) to whoever acts on it — which also covers
 //! mappings deleted or changed while a watch was down.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 
 use crate::core::local_registry;
 use crate::operator::options::Options;
-use crate::operator::replica::rule_watch::local_registry_watcher::Observed;
+use crate::operator::replica::rule_watch::local_registry_watcher::LocalRegistrySeen;
+use crate::operator::replica::rule_watch::rules_changed::RulesChanged;
 use crate::operator::replica::rule_watch::rules_in_force::{RuleChange, RulesInForce};
 use crate::operator::replica::watches::caches::Caches;
 use crate::operator::replica::watches::unreadable_mappings::Held;
@@ -21,29 +22,9 @@ use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::watch_toolkit::teller::Teller;
 use crate::registry::Registries;
 
-/// What changed in the rules, as told to whoever acts on it.
-#[derive(Debug)]
-pub enum RulesChanged {
-    /// The rules were compiled again: what they were, and are.
-    Rules(RuleChange),
-    /// The cluster's local registry in force changed: its tags are asked at another name,
-    /// or at none.
-    LocalRegistry,
-    /// The local registry's ConfigMap cannot be used: why, and the ConfigMap.
-    LocalRegistryUnusable {
-        message: String,
-        object: ObjectReference,
-    },
-    /// What a namespace's VMs resolve to may have changed (its labels, or an unreadable
-    /// mapping holding it came or went).
-    Namespace(String),
-    /// An unreadable cluster-wide mapping came or went: every VM may resolve differently.
-    Everywhere,
-}
-
 /// What a mapping or namespace watch event means for the VMs.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Change {
+pub enum RulesEvent {
     /// A mapping changed (or a watch re-listed): recompile.
     Rules,
     /// A namespace's labels may have changed: its VMs re-resolve.
@@ -52,15 +33,15 @@ pub enum Change {
     /// without a readable version came or went.
     Held(Held),
     /// The cluster's local registry was observed (`kube-public/local-registry-hosting`).
-    LocalRegistry(Observed),
+    LocalRegistry(LocalRegistrySeen),
 }
 
-impl Change {
+impl RulesEvent {
     /// What an event of a mapping cache means. (A list's start and end mean nothing by
     /// themselves: what a list changed comes as applies and deletes.)
-    pub fn of_mapping<K>(event: &CacheEvent<K>) -> Option<Change> {
+    pub fn of_mapping<K>(event: &CacheEvent<K>) -> Option<RulesEvent> {
         match event {
-            CacheEvent::Applied(_) | CacheEvent::Deleted(_) => Some(Change::Rules),
+            CacheEvent::Applied(_) | CacheEvent::Deleted(_) => Some(RulesEvent::Rules),
             CacheEvent::ListStarted(_)
             | CacheEvent::Listed(_)
             | CacheEvent::Invalid(_)
@@ -69,10 +50,10 @@ impl Change {
     }
 
     /// What an event of the namespace cache means.
-    pub fn of_namespace(event: &CacheEvent<Namespace>) -> Option<Change> {
+    pub fn of_namespace(event: &CacheEvent<Namespace>) -> Option<RulesEvent> {
         match event {
             CacheEvent::Applied(ns) | CacheEvent::Deleted(ns) => {
-                Some(Change::Namespace(ns.name_any()))
+                Some(RulesEvent::Namespace(ns.name_any()))
             }
             CacheEvent::ListStarted(_)
             | CacheEvent::Listed(_)
@@ -89,20 +70,20 @@ struct Burst {
     namespaces: BTreeSet<String>,
     held: BTreeSet<Held>,
     /// The last observation of the local registry.
-    local: Option<Observed>,
+    local: Option<LocalRegistrySeen>,
 }
 
 impl Burst {
-    fn add(&mut self, change: Change) {
+    fn add(&mut self, change: RulesEvent) {
         match change {
-            Change::Rules => self.rules = true,
-            Change::Namespace(ns) => {
+            RulesEvent::Rules => self.rules = true,
+            RulesEvent::Namespace(ns) => {
                 self.namespaces.insert(ns);
             }
-            Change::Held(held) => {
+            RulesEvent::Held(held) => {
                 self.held.insert(held);
             }
-            Change::LocalRegistry(observed) => self.local = Some(observed),
+            RulesEvent::LocalRegistry(observed) => self.local = Some(observed),
         }
     }
 }
@@ -138,7 +119,7 @@ impl RulesWatcher {
 /// Runs until `changes` ends. Once every mapping and namespace store has listed and the
 /// local registry was observed, compiles the rules and marks `loaded`; from then on each
 /// burst of changes is handled at once.
-pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, Change>, loaded: Listed) {
+pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, RulesEvent>, loaded: Listed) {
     // The stores fill as `changes` is polled: poll it until all have listed.
     let listed = ctx.caches.listed.clone();
     let all_listed = futures::future::join3(
@@ -153,7 +134,7 @@ pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, Change>, loa
             _ = &mut all_listed, if !listed_all => listed_all = true,
             change = changes.next() => match change {
                 None => return,
-                Some(Change::LocalRegistry(observed)) => {
+                Some(RulesEvent::LocalRegistry(observed)) => {
                     local_seen = true;
                     put_local_registry_in_force(&ctx, observed, &mut local_failing);
                 }
@@ -221,17 +202,21 @@ pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, Change>, loa
 /// Puts what was observed of the local registry in force; whether that changed it. An
 /// unusable document puts none in force (said in the log, and told to become a Warning Event
 /// on the ConfigMap); a failed read keeps what is (said once while it fails).
-fn put_local_registry_in_force(ctx: &RulesWatcher, observed: Observed, failing: &mut bool) -> bool {
+fn put_local_registry_in_force(
+    ctx: &RulesWatcher,
+    observed: LocalRegistrySeen,
+    failing: &mut bool,
+) -> bool {
     let configmap = format!("{}/{}", local_registry::NAMESPACE, local_registry::NAME);
     let registry = match observed {
-        Observed::Advertised(registry) => registry,
-        Observed::Unusable { why, object } => {
+        LocalRegistrySeen::Advertised(registry) => registry,
+        LocalRegistrySeen::Unusable { why, object } => {
             let message = format!("{configmap}: {why}; no local registry is taken from it");
             tracing::warn!("{message}");
             ctx.tell(RulesChanged::LocalRegistryUnusable { message, object });
             None
         }
-        Observed::Unread(why) => {
+        LocalRegistrySeen::Unread(why) => {
             if !std::mem::replace(failing, true) {
                 tracing::warn!(%configmap, "cannot read the cluster's local registry: {why}");
             }
@@ -262,10 +247,10 @@ mod tests {
     fn a_burst_is_one_recompile_and_each_namespace_once() {
         let mut burst = Burst::default();
         for change in [
-            Change::Namespace("a".into()),
-            Change::Rules,
-            Change::Namespace("a".into()),
-            Change::Rules,
+            RulesEvent::Namespace("a".into()),
+            RulesEvent::Rules,
+            RulesEvent::Namespace("a".into()),
+            RulesEvent::Rules,
         ] {
             burst.add(change);
         }

@@ -18,7 +18,10 @@ use kube::Resource;
 use serde::{Deserialize, Serialize};
 
 use crate::core::runner_pod::{IMAGES_HASH_ANNOTATION, RESTART_COUNT_ANNOTATION, VM_LABEL};
+use kube::core::error_boundary::InvalidObject;
+
 use crate::operator::replica::watches::interner::{Interner, Shareable};
+use crate::operator::watch_toolkit::cache_events::Arrival;
 
 /// A container's name and image.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,6 +287,13 @@ impl CachedPod {
                 ..PodStatus::default()
             }),
         }
+    }
+}
+
+/// Pods are validated fully by the API server: they always decode.
+impl Arrival<CachedPod> for CachedPod {
+    fn decoded(self) -> Result<CachedPod, Box<InvalidObject>> {
+        Ok(self)
     }
 }
 

@@ -10,7 +10,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::core::namespaced_name::NamespacedName;
-use crate::core::rules::{MappingInput, Scope};
+use crate::core::rules::{MappingInput, MappingScope};
 use crate::core::vm_images::{self, VmView};
 use crate::operator::options::Options;
 use crate::operator::replica::watches::cached_pod::CachedPod;
@@ -33,15 +33,24 @@ pub struct Caches {
         Arc<crate::operator::replica::watches::unreadable_mappings::UnreadableMappings>,
 }
 
+/// The labels of `namespace` in `namespaces` as `namespaceSelector`s see them.
+#[must_use]
+pub fn namespace_labels(
+    namespaces: &Store<Namespace>,
+    namespace: &str,
+) -> BTreeMap<String, String> {
+    let ns = namespaces.get(&ObjectRef::new(namespace));
+    vm_images::namespace_labels(
+        namespace,
+        ns.as_deref().map_or(&BTreeMap::new(), ResourceExt::labels),
+    )
+}
+
 impl Caches {
     /// Labels of a namespace as `namespaceSelector`s see them.
     #[must_use]
     pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
-        let ns = self.namespaces.get(&ObjectRef::new(namespace));
-        vm_images::namespace_labels(
-            namespace,
-            ns.as_deref().map_or(&BTreeMap::new(), ResourceExt::labels),
-        )
+        namespace_labels(&self.namespaces, namespace)
     }
 
     /// The cached pods of a VM: labelled with its name and controlled by it (its controller
@@ -85,7 +94,7 @@ impl Caches {
     /// generation of each (a status write changes none of them).
     #[must_use]
     pub fn mappings_fingerprint(&self, options: &Options) -> MappingsFingerprint {
-        let id = |scope: Scope, meta: &ObjectMeta| {
+        let id = |scope: MappingScope, meta: &ObjectMeta| {
             (
                 scope,
                 meta.namespace.clone(),
@@ -99,12 +108,12 @@ impl Caches {
             .state()
             .iter()
             .filter(|m| options.acts_in(&m.namespace().unwrap_or_default()))
-            .map(|m| id(Scope::Namespaced, &m.metadata))
+            .map(|m| id(MappingScope::Namespaced, &m.metadata))
             .chain(
                 self.cluster_mappings
                     .state()
                     .iter()
-                    .map(|m| id(Scope::Cluster, &m.metadata)),
+                    .map(|m| id(MappingScope::Cluster, &m.metadata)),
             )
             .collect();
         out.sort();
@@ -138,7 +147,7 @@ impl Caches {
 
 /// See [`Caches::mappings_fingerprint`].
 pub type MappingsFingerprint = Vec<(
-    Scope,
+    MappingScope,
     Option<String>,
     Option<String>,
     Option<String>,

@@ -11,12 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use crate::core::api::{ClusterImageMapping, ImageMapping, ResolvedImage, VirtualMachine};
 use crate::operator::replica::watches::cached_pod::CachedPod;
 use crate::operator::replica::watches::interner::{Interner, Shareable};
-
-/// What a cache keeps of an object of a kind.
-pub trait Projection {
-    /// Drops what the operator never reads.
-    fn project(&mut self);
-}
+use crate::operator::watch_toolkit::cache_events::Projection;
 
 impl Projection for CachedPod {
     fn project(&mut self) {

@@ -8,38 +8,29 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 #[cfg(doc)]
 use crate::core::admission::pod_mutation::MAX_WARNINGS;
-use crate::core::admission::pod_mutation::{self, Change, Decision, Outcome, PodRequest};
+use crate::core::admission::pod_mutation::{self, Decision, Outcome, PodChange, PodRequest};
 use crate::core::admission::scope::{self, Excluded, RequestKind, Requesters, Skip};
 use crate::core::excerpt::excerpt;
 use crate::core::rules::{CompileOptions, MappingInput};
-use crate::core::vm_images;
-use crate::operator::replica::digests::followed::Followed;
-use crate::operator::replica::digests::verified_digests::VerifiedDigests;
-use crate::operator::replica::neonvm_watch::neonvm_state::NeonVmState;
+use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
 
 /// What admission answers from.
 #[derive(Clone)]
 pub struct Admitter {
-    pub rules: Arc<RulesInForce>,
-    /// The digests of followed tags the leader verified, as this replica holds them.
-    pub digests: Arc<VerifiedDigests>,
-    /// The namespaces, for the labels ClusterImageMappings select them by.
-    pub namespaces: Store<Namespace>,
+    /// The rules, namespaces' labels, digests and NeonVM runner pods it answers from.
+    pub sources: AdmissionSources,
     /// Namespaces never mapped.
     pub excluded: Excluded,
     /// The namespaces the operator acts in (empty: all).
     pub acts_in: Vec<String>,
     /// The operator's own user name (its pods are resolved already); `None`: unknown.
     pub own_user: Option<String>,
-    /// NeonVM's VMs and runner pods: what a migration's target pod takes.
-    pub neonvm: Arc<NeonVmState>,
 }
 
 /// A request the webhook cannot answer.
@@ -77,13 +68,15 @@ impl Admitter {
             writer.apply_watcher_event(&watcher::Event::Apply(namespace));
         }
         Admitter {
-            rules,
-            digests: Arc::default(),
-            namespaces: writer.as_reader(),
+            sources: AdmissionSources {
+                rules,
+                namespaces: writer.as_reader(),
+                digests: Arc::default(),
+                neonvm: Arc::default(),
+            },
             excluded,
             acts_in,
             own_user: None,
-            neonvm: Arc::default(),
         }
     }
 
@@ -163,32 +156,22 @@ impl Admitter {
         }
         let old = request.old_object.take().map(pod_value);
         let change = match (kind, &old) {
-            (RequestKind::CreatePod, _) => Change::Create,
-            (RequestKind::AddEphemeralContainers, Some(old)) => Change::EphemeralContainers { old },
+            (RequestKind::CreatePod, _) => PodChange::Create,
+            (RequestKind::AddEphemeralContainers, Some(old)) => {
+                PodChange::EphemeralContainers { old }
+            }
             _ => return Err(Skip::OtherRequest),
         };
-        let labels = self
-            .namespaces
-            .get(&ObjectRef::new(&namespace))
-            .map(|ns| ns.metadata.labels.clone().unwrap_or_default())
-            .unwrap_or_default();
-        let namespace_labels = vm_images::namespace_labels(&namespace, &labels);
-        let rules = self.rules.current();
-        let digest_of = |reference: &str, rule: Option<&crate::core::rules::RuleRef>, ns: &str| {
-            self.digests.get(&Followed::of(reference, rule, ns))
-        };
-        let runner_images = |ns: &str, vm: &str| self.neonvm.runner_images(ns, vm);
-        Ok(pod_mutation::decide(
-            &rules,
-            &PodRequest {
-                namespace: &namespace,
-                namespace_labels: &namespace_labels,
-                pod: &pod,
-                change,
-                runner_images: &runner_images,
-            },
-            &digest_of,
-        ))
+        Ok(self.sources.view(|admission| {
+            pod_mutation::decide(
+                admission,
+                &PodRequest {
+                    namespace: &namespace,
+                    pod: &pod,
+                    change,
+                },
+            )
+        }))
     }
 }
 

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::options::{Webhook, WebhookCertificate};
-use crate::operator::replica::ReadSide;
+use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::watch_toolkit::listed::Listed;
 use configuration::Registered;
 use handler::Admitter;
@@ -98,15 +98,16 @@ impl Serving {
     }
 }
 
-/// Starts the webhook of `webhook` on what `read` keeps: it listens at once, answers once
-/// the rules, the leader's digests and the certificate to serve were read (the replica is
-/// ready then), and then — with `--webhook-url` — registers its configuration.
-/// `acts_in`: the namespaces the operator acts in (empty: all).
+/// Starts the webhook of `webhook`, answering from `sources`: it listens at once, answers
+/// once `sources_loaded` (the rules, the leader's digests) and the certificate to serve were
+/// read (the replica is ready then), and then — with `--webhook-url` — registers its
+/// configuration. `acts_in`: the namespaces the operator acts in (empty: all).
 pub async fn start(
     client: &Client,
     webhook: &Webhook,
     acts_in: &[String],
-    read: &ReadSide,
+    sources: AdmissionSources,
+    sources_loaded: [Listed; 2],
     health: &Arc<Health>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Serving> {
@@ -121,19 +122,13 @@ pub async fn start(
         .map_err(|e| anyhow::anyhow!("--webhook-addr {}: {e}", webhook.addr))?;
     let own_user = own_user(client).await;
     let admitter = Admitter {
-        rules: Arc::clone(&read.rules),
-        digests: Arc::clone(&read.digests),
-        namespaces: read.caches.namespaces.clone(),
+        sources,
         excluded: webhook.excluded.clone(),
         acts_in: acts_in.to_vec(),
         own_user,
-        neonvm: Arc::clone(&read.neonvm),
     };
-    let loaded = [
-        read.rules_loaded.clone(),
-        read.digests_loaded.clone(),
-        certificate_read,
-    ];
+    let [rules_loaded, digests_loaded] = sources_loaded;
+    let loaded = [rules_loaded, digests_loaded, certificate_read];
     let health = Arc::clone(health);
     let acceptor = certificates.acceptor()?;
     let activity = Arc::new(Activity::default());

@@ -11,8 +11,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::core::excerpt::excerpt;
+use crate::core::namespaced_name::NamespacedName;
 use crate::core::webhook_certificate::{CERT, KEY};
-use crate::operator::options::SecretName;
 use crate::operator::replica::webhook::tls::Certificates;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::watch_toolkit::watch_backoff::WatchBackoff;
@@ -32,7 +32,7 @@ fn pair(secret: &Secret) -> Option<(String, String)> {
 /// `read` is marked once the Secret was first read (or found absent).
 pub async fn follow(
     client: Client,
-    name: SecretName,
+    name: NamespacedName,
     certificates: Arc<Certificates>,
     read: Listed,
 ) {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::operator::replica::watches::cached_pod::CachedPod;
 use kube::ResourceExt;
 
 fn pod(ns: &str, name: &str) -> CachedPod {

@@ -18,13 +18,15 @@ fn admitter() -> Admitter {
         &CompileOptions::default(),
     );
     Admitter {
-        rules,
-        digests: Arc::default(),
-        namespaces: Writer::<Namespace>::default().as_reader(),
+        sources: AdmissionSources {
+            rules,
+            namespaces: Writer::<Namespace>::default().as_reader(),
+            digests: Arc::default(),
+            neonvm: Arc::default(),
+        },
         excluded: Excluded::new(Some("imagemap-system"), &[]),
         acts_in: Vec::new(),
         own_user: None,
-        neonvm: Arc::default(),
     }
 }
 
@@ -119,7 +121,7 @@ fn what_is_not_an_admission_review_is_refused() {
 #[test]
 fn an_admitter_from_mappings_answers_from_their_rules_and_the_namespaces_labels() {
     let mut admin = repository_mapping("admin", "busybox", "mirror.io/busybox", false);
-    admin.scope = crate::core::rules::Scope::Cluster;
+    admin.scope = crate::core::rules::MappingScope::Cluster;
     admin.namespace = None;
     admin.namespace_selector =
         Some(serde_json::from_value(json!({"matchLabels": {"team": "a"}})).unwrap());
