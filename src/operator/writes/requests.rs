@@ -1,6 +1,6 @@
 //! The writes of objects the operator reconciles: statuses by server-side apply with one
 //! field manager (skipped when nothing changed), and pod creates, deletes and metadata
-//! patches. (Events are written by `events.rs`, the Lease by `leader/elector.rs`.)
+//! patches.
 
 use std::fmt::Debug;
 
@@ -110,8 +110,10 @@ pub async fn patch_pod_metadata(
 /// What deleting a pod did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodDeletion {
-    /// The pod is gone (deleted at once, or already gone).
+    /// The pod is gone: deleted at once.
     Gone,
+    /// The pod was gone already (404).
+    NotFound,
     /// The pod terminates first: its deletion event follows when it is gone.
     Terminating,
     /// Another pod of that name exists (the UID precondition failed): nothing was deleted.
@@ -145,7 +147,7 @@ pub async fn delete_pod(
             Some(pod) if !gone(&pod) => PodDeletion::Terminating,
             _ => PodDeletion::Gone,
         }),
-        Err(e) if is_status(&e, 404) => Ok(PodDeletion::Gone),
+        Err(e) if is_status(&e, 404) => Ok(PodDeletion::NotFound),
         Err(e) if is_status(&e, 409) => Ok(PodDeletion::Replaced),
         Err(e) => Err(e),
     }

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client};
 
 use crate::core::namespaced_name::NamespacedName;
@@ -29,6 +28,7 @@ use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::replica::digests::followed::Followed;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::writes::event_recorder::EventRecorder;
+use crate::operator::writes::requests::{PodDeletion, delete_pod};
 
 /// How often every VM is looked at again when nothing told of a change (the recreation
 /// budget freeing up, a re-list).
@@ -158,16 +158,9 @@ impl RunnerReloader {
     /// whether it went.
     async fn delete(&self, namespace: &str, name: &str, uid: &str) -> bool {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match pods.delete(name, &params).await {
-            Ok(_) => true,
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => false,
+        match delete_pod(&pods, name, uid, None).await {
+            Ok(PodDeletion::Gone | PodDeletion::Terminating) => true,
+            Ok(PodDeletion::NotFound | PodDeletion::Replaced) => false,
             Err(e) => {
                 tracing::warn!(pod = %name, error = %crate::core::excerpt::excerpt(&e.to_string()), "could not delete a runner pod for live reload");
                 false

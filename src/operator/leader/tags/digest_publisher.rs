@@ -7,16 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
-use serde_json::json;
+use kube::Client;
 
 use crate::core::excerpt::excerpt;
 use crate::core::namespaced_name::NamespacedName;
 use crate::operator::leader::followed_tags::FollowedTags;
-use crate::operator::replica::digests::verified_digests::{DATA_KEY, VerifiedDigests, encode};
-use crate::operator::writes::requests::FIELD_MANAGER;
+use crate::operator::replica::digests::verified_digests::{VerifiedDigests, encode};
+use crate::operator::writes::digests_configmap::publish_digests;
 
 /// How long a burst of digest changes is gathered into one write.
 const COALESCE: Duration = Duration::from_millis(200);
@@ -62,7 +59,7 @@ pub async fn run(ctx: DigestPublisher) {
             if written.as_ref() == Some(&text) {
                 break;
             }
-            match publish(&ctx.client, name, &text).await {
+            match publish_digests(&ctx.client, name, &text).await {
                 Ok(()) => {
                     written = Some(text);
                     break;
@@ -74,21 +71,4 @@ pub async fn run(ctx: DigestPublisher) {
             }
         }
     }
-}
-
-async fn publish(client: &Client, name: &NamespacedName, text: &str) -> Result<(), kube::Error> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &name.namespace);
-    let object = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name.name, "labels": {"app.kubernetes.io/name": "imagemap"}},
-        "data": {DATA_KEY: text},
-    });
-    api.patch(
-        &name.name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(object),
-    )
-    .await?;
-    Ok(())
 }

@@ -348,7 +348,7 @@ async fn apply(
                         .deleted(vm_ref.clone(), name.clone(), uid.clone());
                 }
                 match deletion {
-                    PodDeletion::Gone => {
+                    PodDeletion::Gone | PodDeletion::NotFound => {
                         create(ctx, &pods, &vm_ref, new).await?;
                     }
                     PodDeletion::Terminating | PodDeletion::Replaced => {

@@ -4,18 +4,15 @@
 //! each conditional on the version it was decided from. It never creates either object (the
 //! install ships them, so an uninstall or rollback leaves no webhook behind); while one is
 //! absent it waits. It writes the Secret's data and only `webhooks[*].clientConfig.caBundle`,
-//! each under a field manager of its own.
+//! each under a field manager of its own (`writes::certificate_writes`).
 
 use std::time::{Duration, SystemTime};
 
-use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use kube::{Api, Client};
 
 use crate::core::excerpt::excerpt;
 use crate::core::namespaced_name::NamespacedName;
@@ -23,11 +20,8 @@ use crate::core::webhook_certificate::hosts::hosts;
 use crate::core::webhook_certificate::plan::{self, Lifetimes, Next, Stored, Write};
 use crate::core::webhook_certificate::{CA_BUNDLE, CA_KEY, CERT, KEY};
 use crate::operator::watch_toolkit::watch_backoff::WatchBackoff;
+use crate::operator::writes::certificate_writes::{publish_ca_bundle, write_secret};
 
-/// The field manager of the Secret's data.
-const SECRET_MANAGER: &str = "imagemap.dev/webhook-certificate";
-/// The field manager of the configuration's `caBundle`.
-const CA_BUNDLE_MANAGER: &str = "imagemap.dev/webhook-ca-bundle";
 /// How long after a failed write the keeper looks again, at first and at most.
 const RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins(5));
 
@@ -68,62 +62,7 @@ fn published(configuration: &MutatingWebhookConfiguration) -> Vec<&[u8]> {
         .collect()
 }
 
-fn base64(text: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(text)
-}
-
 impl CertificateKeeper {
-    /// Writes the Secret's `data`, if it is still at `secret`'s version.
-    async fn write_secret(
-        &self,
-        secret: &Secret,
-        data: &std::collections::BTreeMap<&'static str, String>,
-    ) -> Result<(), kube::Error> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.secret.namespace);
-        let data: serde_json::Map<String, serde_json::Value> = data
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), base64(v).into()))
-            .collect();
-        let patch = json!({
-            "metadata": {"resourceVersion": secret.resource_version()},
-            "data": data,
-        });
-        let params = PatchParams {
-            field_manager: Some(SECRET_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        api.patch(&self.secret.name, &params, &Patch::Merge(patch))
-            .await
-            .map(|_| ())
-    }
-
-    /// Sets every webhook's `caBundle` to `bundle`, if the configuration is still at
-    /// `configuration`'s version.
-    async fn publish(
-        &self,
-        configuration: &MutatingWebhookConfiguration,
-        bundle: &str,
-    ) -> Result<(), kube::Error> {
-        let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        let webhooks: Vec<_> = configuration
-            .webhooks
-            .iter()
-            .flatten()
-            .map(|w| json!({"name": w.name, "clientConfig": {"caBundle": base64(bundle)}}))
-            .collect();
-        let patch = json!({
-            "metadata": {"resourceVersion": configuration.resource_version()},
-            "webhooks": webhooks,
-        });
-        let params = PatchParams {
-            field_manager: Some(CA_BUNDLE_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        api.patch(&self.configuration, &params, &Patch::Strategic(patch))
-            .await
-            .map(|_| ())
-    }
-
     /// Takes the next step for `secret` and `configuration`; when nothing is to be done,
     /// when to look again.
     async fn step(
@@ -136,8 +75,16 @@ impl CertificateKeeper {
         let write =
             plan::write(next, &stored, &hosts, now, self.lifetimes).map_err(|e| e.to_string())?;
         let written = match write {
-            Write::Secret(data) => self.write_secret(secret, &data).await,
-            Write::CaBundle => self.publish(configuration, stored.ca_bundle).await,
+            Write::Secret(data) => write_secret(&self.client, &self.secret, secret, &data).await,
+            Write::CaBundle => {
+                publish_ca_bundle(
+                    &self.client,
+                    &self.configuration,
+                    configuration,
+                    stored.ca_bundle,
+                )
+                .await
+            }
             Write::Nothing => {
                 return Ok(match next {
                     Next::Idle { until } => Some(until),

@@ -32,12 +32,12 @@ use crate::core::workload_reload::workload_status::WorkloadStatus;
 use crate::core::workload_reload::{PodOwner, WorkloadKey, WorkloadKind};
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;
 use crate::operator::leader::recreation_budget::RecreationBudget;
-use crate::operator::leader::workloads::eviction::{Eviction, evict};
 use crate::operator::leader::workloads::workload_state::WorkloadState;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::writes::event_recorder::EventRecorder;
+use crate::operator::writes::eviction::{Eviction, evict};
 use crate::operator::writes::requests::patch_pod_metadata;
 
 /// How often everything is looked at again while a roll waits (a replacement's
