@@ -17,6 +17,7 @@
 //! a pod create/delete/label patch, an Event or the Lease; with `--webhook-url`, a replica
 //! also applies and deletes its own webhook configuration.
 
+mod acts_in;
 mod clients;
 mod election;
 mod http_endpoint;

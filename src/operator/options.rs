@@ -10,6 +10,7 @@ use crate::core::local_registry::{LocalRegistry, Vantage};
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::rules::CompileOptions;
 use crate::core::vm_images;
+use crate::operator::acts_in::ActsIn;
 use crate::registry::Reach;
 
 /// Operator settings (the `imagemap run` flags).
@@ -129,17 +130,10 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Whether the operator acts in `namespace`.
+    /// The namespaces the operator acts in.
     #[must_use]
-    pub fn acts_in(&self, namespace: &str) -> bool {
-        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
-    }
-
-    /// Whether the operator acts in every namespace (and so writes ClusterImageMapping
-    /// statuses, which count VMs of every namespace).
-    #[must_use]
-    pub fn cluster_wide(&self) -> bool {
-        self.namespaces.is_empty()
+    pub fn acts_in(&self) -> ActsIn {
+        ActsIn::new(self.namespaces.clone())
     }
 
     /// How mappings are compiled, with the cluster's local registry `local`.

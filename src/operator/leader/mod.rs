@@ -127,7 +127,8 @@ pub async fn run(
         "rule change reactor",
         rule_changes::run(
             RuleChanges {
-                options: options.clone(),
+                acts_in: options.acts_in(),
+                default_runner_image: options.default_runner_image.clone(),
                 caches: caches.clone(),
                 followed: Arc::clone(&followed),
                 status_due: Arc::clone(&status_due),
@@ -162,7 +163,7 @@ pub async fn run(
                 recorder: recorder.clone(),
                 budget: Arc::clone(&budget),
                 default_runner: options.neonvm_default_runner_image.clone(),
-                namespaces: options.namespaces.clone(),
+                acts_in: options.acts_in(),
                 loaded: vec![
                     rules_loaded.clone(),
                     caches.listed.namespaces.clone(),
@@ -317,7 +318,9 @@ pub async fn run(
         "mapping status writer",
         mapping_status_writer::run(StatusWriter {
             client: client.clone(),
-            options: options.clone(),
+            acts_in: options.acts_in(),
+            default_runner_image: options.default_runner_image.clone(),
+            neonvm_default_runner_image: options.neonvm_default_runner_image.clone(),
             caches: caches.clone(),
             rules: Arc::clone(&rules),
             followed: Arc::clone(&followed),
@@ -372,7 +375,8 @@ pub async fn run(
     let reconciler = Arc::new(Reconciler {
         budget: Arc::clone(&budget),
         client,
-        options,
+        acts_in: options.acts_in(),
+        default_runner_image: options.default_runner_image.clone(),
         caches: caches.clone(),
         rules,
         followed,

@@ -135,7 +135,8 @@ pub fn start(
         "rules watcher",
         rules_watcher::run(
             RulesWatcher {
-                options: options.clone(),
+                acts_in: options.acts_in(),
+                compile: options.compile_options(None),
                 caches: read.caches.clone(),
                 rules: Arc::clone(&read.admission.rules),
                 registries: Arc::clone(&read.registries),

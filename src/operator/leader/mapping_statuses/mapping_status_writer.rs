@@ -22,12 +22,12 @@ use crate::core::rule_change;
 use crate::core::rules::{MappingKey, MappingScope, Mode, RuleSet};
 use crate::core::vm_images::{Resolutions, VmResolution, VmView};
 use crate::core::vm_plan;
+use crate::operator::acts_in::ActsIn;
 use crate::operator::leader::followed_tags::FollowedTags;
 use crate::operator::leader::mapping_statuses::pod_counts::PodCounts;
 use crate::operator::leader::mapping_statuses::status_due::StatusDue;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::observe::progress::Progress;
-use crate::operator::options::Options;
 use crate::operator::replica::neonvm_watch::neonvm_state::NeonVmState;
 use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
 use crate::operator::replica::watches::caches::Caches;
@@ -41,7 +41,11 @@ const RETRY_AFTER: Duration = Duration::from_secs(2);
 /// What the status writer counts from, and writes and reports to.
 pub struct StatusWriter {
     pub client: Client,
-    pub options: Options,
+    pub acts_in: ActsIn,
+    /// `--default-runner-image`: what a VM without `runnerImage` runs.
+    pub default_runner_image: String,
+    /// `--neonvm-default-runner-image`: what a NeonVM VM without `runnerImage` runs.
+    pub neonvm_default_runner_image: Option<String>,
     pub caches: Caches,
     pub rules: Arc<RulesInForce>,
     /// The digests a status lists for the tags a mapping's rules follow.
@@ -96,7 +100,7 @@ impl Counted {
         dry_runs: &BTreeSet<&MappingKey>,
     ) {
         let mut due: HashSet<NamespacedName> = ctx.due.take();
-        let runner = ctx.options.default_runner_image.as_str();
+        let runner = ctx.default_runner_image.as_str();
         let neonvm_due = ctx.due.take_neonvm()
             || self
                 .rules
@@ -107,11 +111,11 @@ impl Counted {
         }
         match &self.rules {
             None => {
-                let scope = ctx.caches.vms_in_scope(&ctx.options);
+                let scope = ctx.caches.vms_in_scope(&ctx.acts_in);
                 due.extend(scope.vms.iter().map(|vm| NamespacedName::of(vm.as_ref())));
             }
             Some(old) if !Arc::ptr_eq(old, rules) => {
-                let scope = ctx.caches.vms_in_scope(&ctx.options);
+                let scope = ctx.caches.vms_in_scope(&ctx.acts_in);
                 // Dry-run rules count from what they would decide.
                 let modes = [Mode::Live, Mode::Preview];
                 let changed =
@@ -132,7 +136,7 @@ impl Counted {
                     .caches
                     .vms
                     .get(&name.object_ref())
-                    .filter(|_| ctx.options.acts_in(&name.namespace));
+                    .filter(|_| ctx.acts_in.contains(&name.namespace));
                 (name, vm)
             })
             .collect();
@@ -176,11 +180,11 @@ impl Counted {
         let labels_of = |namespace: &str| ctx.caches.namespace_labels(namespace);
         let admission = Admission::without_digests(rules, &labels_of);
         for vm in ctx.neonvm.vms() {
-            if !ctx.options.acts_in(&vm.namespace) {
+            if !ctx.acts_in.contains(&vm.namespace) {
                 continue;
             }
             let key = NamespacedName::new(&vm.namespace, &format!("{}/{}", neonvm::GROUP, vm.name));
-            let runner = ctx.options.neonvm_default_runner_image.as_deref();
+            let runner = ctx.neonvm_default_runner_image.as_deref();
             let slots = vm.slots(runner);
             let asked = slots
                 .iter()
@@ -218,12 +222,12 @@ async fn write_statuses(ctx: &StatusWriter, counted: &mut Counted) -> usize {
     let cluster = ctx.caches.cluster_mappings.state();
     let mut list: Vec<MappingView> = mappings
         .iter()
-        .filter(|m| ctx.options.acts_in(&m.namespace().unwrap_or_default()))
+        .filter(|m| ctx.acts_in.contains(&m.namespace().unwrap_or_default()))
         .map(|m| MappingView::from(m.as_ref()))
         .collect();
     // ClusterImageMapping statuses count VMs of every namespace: only an operator that acts
     // in all namespaces writes them.
-    if ctx.options.cluster_wide() {
+    if ctx.acts_in.everywhere() {
         list.extend(cluster.iter().map(|m| MappingView::from(m.as_ref())));
     }
     counted.update(ctx, &rules, &mapping_status::dry_runs(&list));

@@ -21,6 +21,7 @@ use kube::{Api, Client};
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::neonvm::NeonVm;
 use crate::core::neonvm::reload::{self, Replaced, Verdict};
+use crate::operator::acts_in::ActsIn;
 use crate::operator::leader::followed_tags::{FollowedTags, Follower};
 use crate::operator::leader::mapping_statuses::status_due::StatusDue;
 use crate::operator::leader::recreation_budget::RecreationBudget;
@@ -48,8 +49,7 @@ pub struct RunnerReloader {
     pub status_due: Arc<StatusDue>,
     /// `--neonvm-default-runner-image`: what a VM without `runnerImage` runs.
     pub default_runner: Option<String>,
-    /// The namespaces the operator acts in (empty: all).
-    pub namespaces: Vec<String>,
+    pub acts_in: ActsIn,
     /// What it judges from, listed once: the rules, the namespaces' labels, the digests.
     /// Judged before, every mapped pod would look stale.
     pub loaded: Vec<Listed>,
@@ -90,10 +90,6 @@ impl RunnerReloader {
             images.insert(outcome.slot, outcome.image.unwrap_or(outcome.requested));
         }
         (images, follows)
-    }
-
-    fn acts_in(&self, namespace: &str) -> bool {
-        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
     }
 
     /// Looks at one VM and acts on its verdict.
@@ -205,7 +201,10 @@ pub async fn run(reloader: RunnerReloader) {
             }
             keep
         });
-        for vm in vms.iter().filter(|vm| reloader.acts_in(&vm.namespace)) {
+        for vm in vms
+            .iter()
+            .filter(|vm| reloader.acts_in.contains(&vm.namespace))
+        {
             let key = NamespacedName::new(&vm.namespace, &vm.name);
             reloader.look(vm, memory.entry(key).or_default()).await;
         }

@@ -12,10 +12,10 @@ use kube::ResourceExt;
 
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::rule_change;
+use crate::operator::acts_in::ActsIn;
 use crate::operator::leader::followed_tags::FollowedTags;
 use crate::operator::leader::mapping_statuses::status_due::StatusDue;
 use crate::operator::leader::vms::trigger::Trigger;
-use crate::operator::options::Options;
 use crate::operator::replica::rule_watch::rules_changed::RulesChanged;
 use crate::operator::replica::rule_watch::rules_in_force::RuleChange;
 use crate::operator::replica::watches::caches::Caches;
@@ -26,7 +26,9 @@ const LOCAL_REGISTRY_UNUSABLE: &str = "LocalRegistryUnusable";
 
 /// What a rule change is acted on with.
 pub struct RuleChanges {
-    pub options: Options,
+    pub acts_in: ActsIn,
+    /// `--default-runner-image`: what a VM without `runnerImage` runs.
+    pub default_runner_image: String,
     pub caches: Caches,
     /// Checked again when the local registry moved.
     pub followed: Arc<FollowedTags>,
@@ -61,12 +63,12 @@ pub async fn run(ctx: RuleChanges, mut told: UnboundedReceiver<RulesChanged>) {
 /// Asks for a reconcile of every VM whose images resolve differently under the new rules
 /// than under the old ones.
 fn rules_changed(ctx: &RuleChanges, change: &RuleChange) {
-    let scope = ctx.caches.vms_in_scope(&ctx.options);
+    let scope = ctx.caches.vms_in_scope(&ctx.acts_in);
     let affected = rule_change::affected_vms(
         &change.old,
         &change.new,
         scope.views(),
-        &ctx.options.default_runner_image,
+        &ctx.default_runner_image,
     );
     tracing::debug!(
         affected = affected.len(),

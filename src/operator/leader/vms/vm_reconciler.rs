@@ -14,6 +14,7 @@ use crate::core::namespaced_name::NamespacedName;
 use crate::core::rules::Mode;
 use crate::core::vm_images;
 use crate::core::vm_plan::{self, Observation, Plan, PodAction};
+use crate::operator::acts_in::ActsIn;
 use crate::operator::leader::followed_tags::FollowedTags;
 use crate::operator::leader::followed_tags::Lookup;
 use crate::operator::leader::mapping_statuses::status_due::StatusDue;
@@ -22,7 +23,6 @@ use crate::operator::leader::vms::replacements::NewPod;
 use crate::operator::leader::vms::vm_memory::VmMemory;
 use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
-use crate::operator::options::Options;
 use crate::operator::replica::digests::followed::Followed;
 use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
 use crate::operator::replica::watches::caches::Caches;
@@ -70,7 +70,9 @@ const ERROR_BACKOFF: Duration = Duration::from_secs(2);
 /// What a reconcile observes, and writes and reports through.
 pub struct Reconciler {
     pub client: Client,
-    pub options: Options,
+    pub acts_in: ActsIn,
+    /// `--default-runner-image`: what a VM without `runnerImage` runs.
+    pub default_runner_image: String,
     pub caches: Caches,
     pub rules: Arc<RulesInForce>,
     /// The tags the VM's images follow, and their digests.
@@ -107,7 +109,7 @@ pub async fn reconcile(
 
 async fn reconcile_vm(vm: &VirtualMachine, ctx: &Reconciler) -> Result<Action, ReconcileError> {
     let namespace = vm.namespace().unwrap_or_default();
-    if !ctx.options.acts_in(&namespace) || vm.metadata.deletion_timestamp.is_some() {
+    if !ctx.acts_in.contains(&namespace) || vm.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     // The status this operator wrote may not be in the cache yet: plan from the latest.
@@ -227,7 +229,7 @@ fn observe_and_plan(
         &ctx.rules.current(),
         vm,
         &ctx.caches.namespace_labels(namespace),
-        &ctx.options.default_runner_image,
+        &ctx.default_runner_image,
         Mode::Live,
     );
     // Followed tags: the first answer of the registry is awaited (the follower reconciles

@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 
 use crate::core::local_registry;
-use crate::operator::options::Options;
+use crate::core::rules::CompileOptions;
+use crate::operator::acts_in::ActsIn;
 use crate::operator::replica::rule_watch::local_registry_watcher::LocalRegistrySeen;
 use crate::operator::replica::rule_watch::rules_changed::RulesChanged;
 use crate::operator::replica::rule_watch::rules_in_force::{RuleChange, RulesInForce};
@@ -90,7 +91,10 @@ impl Burst {
 
 /// What the rules are compiled from and put in force in, and whom a change is told.
 pub struct RulesWatcher {
-    pub options: Options,
+    pub acts_in: ActsIn,
+    /// How the rules compile (`--allowed-registries`), but for the local registry, which
+    /// the watcher sets as the cluster advertises it.
+    pub compile: CompileOptions,
     pub caches: Caches,
     pub rules: Arc<RulesInForce>,
     /// Holds the cluster's local registry in force.
@@ -106,13 +110,12 @@ impl RulesWatcher {
 
     /// Compiles the cached mappings and puts them in force.
     fn recompile(&self) -> RuleChange {
-        let inputs = self.caches.mapping_inputs(&self.options);
-        self.rules.recompile(
-            &inputs,
-            &self
-                .options
-                .compile_options(self.registries.local_registry()),
-        )
+        let inputs = self.caches.mapping_inputs(&self.acts_in);
+        let options = CompileOptions {
+            local_registry: self.registries.local_registry(),
+            ..self.compile.clone()
+        };
+        self.rules.recompile(&inputs, &options)
     }
 }
 
@@ -142,7 +145,7 @@ pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, RulesEvent>,
             }
         }
     }
-    let mut compiled = ctx.caches.mappings_fingerprint(&ctx.options);
+    let mut compiled = ctx.caches.mappings_fingerprint(&ctx.acts_in);
     ctx.recompile();
     let mut labels: HashMap<String, BTreeMap<String, String>> = ctx
         .caches
@@ -175,7 +178,7 @@ pub async fn run(ctx: RulesWatcher, mut changes: BoxStream<'static, RulesEvent>,
         // Only a change of what the rules are compiled from recompiles them: not a status
         // write (this operator's own included), not a re-list that found the same mappings.
         if burst.rules && !local_changed {
-            let now = ctx.caches.mappings_fingerprint(&ctx.options);
+            let now = ctx.caches.mappings_fingerprint(&ctx.acts_in);
             if now != compiled {
                 compiled = now;
                 ctx.tell(RulesChanged::Rules(ctx.recompile()));

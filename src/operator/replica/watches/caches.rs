@@ -12,7 +12,7 @@ use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::rules::{MappingInput, MappingScope};
 use crate::core::vm_images::{self, VmView};
-use crate::operator::options::Options;
+use crate::operator::acts_in::ActsIn;
 use crate::operator::replica::watches::cached_pod::CachedPod;
 use crate::operator::replica::watches::pod_index::PodIndex;
 use crate::operator::watch_toolkit::listed::CachesListed;
@@ -75,11 +75,11 @@ impl Caches {
 
     /// The cached mappings in force for the operator's namespaces, as the engine takes them.
     #[must_use]
-    pub fn mapping_inputs(&self, options: &Options) -> Vec<MappingInput> {
+    pub fn mapping_inputs(&self, acts_in: &ActsIn) -> Vec<MappingInput> {
         self.mappings
             .state()
             .iter()
-            .filter(|m| options.acts_in(&m.namespace().unwrap_or_default()))
+            .filter(|m| acts_in.contains(&m.namespace().unwrap_or_default()))
             .map(|m| MappingInput::from(m.as_ref()))
             .chain(
                 self.cluster_mappings
@@ -93,7 +93,7 @@ impl Caches {
     /// What identifies the mappings in force as compiled: kind, namespace, name, uid and
     /// generation of each (a status write changes none of them).
     #[must_use]
-    pub fn mappings_fingerprint(&self, options: &Options) -> MappingsFingerprint {
+    pub fn mappings_fingerprint(&self, acts_in: &ActsIn) -> MappingsFingerprint {
         let id = |scope: MappingScope, meta: &ObjectMeta| {
             (
                 scope,
@@ -107,7 +107,7 @@ impl Caches {
             .mappings
             .state()
             .iter()
-            .filter(|m| options.acts_in(&m.namespace().unwrap_or_default()))
+            .filter(|m| acts_in.contains(&m.namespace().unwrap_or_default()))
             .map(|m| id(MappingScope::Namespaced, &m.metadata))
             .chain(
                 self.cluster_mappings
@@ -122,12 +122,12 @@ impl Caches {
 
     /// The cached VMs the operator acts on, with their namespaces' labels.
     #[must_use]
-    pub fn vms_in_scope(&self, options: &Options) -> VmsInScope {
+    pub fn vms_in_scope(&self, acts_in: &ActsIn) -> VmsInScope {
         let vms: Vec<Arc<VirtualMachine>> = self
             .vms
             .state()
             .into_iter()
-            .filter(|vm| options.acts_in(&vm.namespace().unwrap_or_default()))
+            .filter(|vm| acts_in.contains(&vm.namespace().unwrap_or_default()))
             .collect();
         let labels = vms
             .iter()
