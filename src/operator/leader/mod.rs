@@ -129,7 +129,8 @@ pub async fn run(
             RuleChanges {
                 acts_in: options.acts_in(),
                 default_runner_image: options.default_runner_image.clone(),
-                caches: caches.clone(),
+                vms: caches.vms.clone(),
+                namespaces: caches.namespaces.clone(),
                 followed: Arc::clone(&followed),
                 status_due: Arc::clone(&status_due),
                 recorder: recorder.clone(),

@@ -8,8 +8,11 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
+use kube::runtime::reflector::Store;
 
+use crate::core::api::VirtualMachine;
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::rule_change;
 use crate::operator::acts_in::ActsIn;
@@ -18,7 +21,7 @@ use crate::operator::leader::mapping_statuses::status_due::StatusDue;
 use crate::operator::leader::vms::trigger::Trigger;
 use crate::operator::replica::rule_watch::rules_changed::RulesChanged;
 use crate::operator::replica::rule_watch::rules_in_force::RuleChange;
-use crate::operator::replica::watches::caches::Caches;
+use crate::operator::replica::watches::caches::vms_in_scope;
 use crate::operator::writes::event_recorder::EventRecorder;
 
 /// The reason of the Warning Event on a local registry ConfigMap that cannot be used.
@@ -29,7 +32,9 @@ pub struct RuleChanges {
     pub acts_in: ActsIn,
     /// `--default-runner-image`: what a VM without `runnerImage` runs.
     pub default_runner_image: String,
-    pub caches: Caches,
+    /// The VMs, and the namespaces for their labels.
+    pub vms: Store<VirtualMachine>,
+    pub namespaces: Store<Namespace>,
     /// Checked again when the local registry moved.
     pub followed: Arc<FollowedTags>,
     pub status_due: Arc<StatusDue>,
@@ -52,7 +57,7 @@ pub async fn run(ctx: RuleChanges, mut told: UnboundedReceiver<RulesChanged>) {
             }
             RulesChanged::Namespace(ns) => namespace_changed(&ctx, &ns),
             RulesChanged::Everywhere => {
-                for vm in ctx.caches.vms.state() {
+                for vm in ctx.vms.state() {
                     ctx.trigger.reconcile(&NamespacedName::of(vm.as_ref()));
                 }
             }
@@ -63,7 +68,7 @@ pub async fn run(ctx: RuleChanges, mut told: UnboundedReceiver<RulesChanged>) {
 /// Asks for a reconcile of every VM whose images resolve differently under the new rules
 /// than under the old ones.
 fn rules_changed(ctx: &RuleChanges, change: &RuleChange) {
-    let scope = ctx.caches.vms_in_scope(&ctx.acts_in);
+    let scope = vms_in_scope(&ctx.vms, &ctx.namespaces, &ctx.acts_in);
     let affected = rule_change::affected_vms(
         &change.old,
         &change.new,
@@ -83,7 +88,7 @@ fn rules_changed(ctx: &RuleChanges, change: &RuleChange) {
 
 /// Asks for a reconcile of every VM of a namespace.
 fn namespace_changed(ctx: &RuleChanges, namespace: &str) {
-    for vm in ctx.caches.vms.state() {
+    for vm in ctx.vms.state() {
         if vm.namespace().as_deref() == Some(namespace) {
             ctx.trigger.reconcile(&NamespacedName::of(vm.as_ref()));
         }

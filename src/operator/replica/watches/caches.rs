@@ -123,25 +123,34 @@ impl Caches {
     /// The cached VMs the operator acts on, with their namespaces' labels.
     #[must_use]
     pub fn vms_in_scope(&self, acts_in: &ActsIn) -> VmsInScope {
-        let vms: Vec<Arc<VirtualMachine>> = self
-            .vms
-            .state()
-            .into_iter()
-            .filter(|vm| acts_in.contains(&vm.namespace().unwrap_or_default()))
-            .collect();
-        let labels = vms
-            .iter()
-            .filter_map(|vm| vm.namespace())
-            .map(|ns| {
-                let l = self.namespace_labels(&ns);
-                (ns, l)
-            })
-            .collect();
-        VmsInScope {
-            vms,
-            labels,
-            none: BTreeMap::new(),
-        }
+        vms_in_scope(&self.vms, &self.namespaces, acts_in)
+    }
+}
+
+/// The VMs of `vms` the operator acts on, with their namespaces' labels from `namespaces`.
+#[must_use]
+pub fn vms_in_scope(
+    vms: &Store<VirtualMachine>,
+    namespaces: &Store<Namespace>,
+    acts_in: &ActsIn,
+) -> VmsInScope {
+    let vms: Vec<Arc<VirtualMachine>> = vms
+        .state()
+        .into_iter()
+        .filter(|vm| acts_in.contains(&vm.namespace().unwrap_or_default()))
+        .collect();
+    let labels = vms
+        .iter()
+        .filter_map(|vm| vm.namespace())
+        .map(|ns| {
+            let l = namespace_labels(namespaces, &ns);
+            (ns, l)
+        })
+        .collect();
+    VmsInScope {
+        vms,
+        labels,
+        none: BTreeMap::new(),
     }
 }
 
