@@ -1,21 +1,24 @@
-//! `imagemap run`: the operator. VirtualMachines become runner pods with mapped images;
-//! mapping changes re-reconcile exactly the VMs they affect.
+//! `imagemap run`: the operator. Pods are mapped at admission; VirtualMachines become runner
+//! pods with mapped images; NeonVM's runner pods and labelled workloads are live-reloaded;
+//! mapping changes re-reconcile exactly what they affect.
 //!
-//! The operator has two sides, each a room of rooms that says what it owns and may call:
-//! - [`read`], what a replica reads and keeps: the watches and their caches, the rules in
-//!   force, and the digests of followed tags. It writes nothing.
-//! - [`write`], what the leader does with it: the VM controller (reconciles, runner pods,
-//!   what a rule change asks of them), the mappings' statuses, following tags at their
-//!   registries, and the writes and Events they make.
+//! The operator has two floors, named for who runs them, each a room of rooms that says what
+//! it owns and may call:
+//! - [`replica`], what every replica runs: the watches and their caches, the rules in force,
+//!   the digests the leader verified, NeonVM's VMs, what admission answers from
+//!   (`replica::admission_sources`) and the admission webhook. It writes nothing but, with
+//!   `--webhook-url`, its own webhook configuration.
+//! - [`leader`], what only the leader runs: the VM controller, the mappings' statuses, live
+//!   reload of NeonVM's runner pods and of workloads, the tags followed and their checks at
+//!   the registries, the webhook's certificates.
 //!
-//! Beside them: [`admission`] (the webhook every replica serves from the read side),
-//! [`observe`] (probes, metrics and progress, which every room reports to), [`leader`]
-//! (leader election and the fence on the leader's writes), [`options`] (the flags),
-//! [`tasks`] (the background tasks), and two small helpers, [`http_endpoint`] and
-//! [`jitter`]. This file wires the sides together; no room imports it. Every write of the
-//! leader is a server-side apply with one field manager (statuses, the published digests),
-//! a pod create/delete/label patch, an Event or the Lease; with `--webhook-url`, a replica
-//! also applies and deletes its own webhook configuration.
+//! Beside them: [`writes`] (every write the leader makes), [`watch_toolkit`] (what both
+//! floors watch with), [`observe`] (probes, metrics and progress, which every room reports
+//! to), [`election`] (leader election and the fence on the leader's writes), [`options`]
+//! (the flags), [`acts_in`] (the namespaces the operator acts in), [`clients`] (the
+//! operator's clients), [`tasks`] (the background tasks), and two small helpers,
+//! [`http_endpoint`] and [`jitter`]. This file wires the floors together; no room imports
+//! it.
 
 mod acts_in;
 mod clients;

@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-/// Rewrite rules for the images that VirtualMachines in this namespace request.
+/// Rewrite rules for the images that Pods, imagemap's VirtualMachines and NeonVM's
+/// VirtualMachines in this namespace request.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "imagemap.dev",
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
     status = "ImageMappingStatus",
     shortname = "imgmap",
     category = "imagemap",
-    doc = "Rewrite rules for the images requested by VirtualMachines in this namespace: \"when image X is requested, use image Y\".",
+    doc = "Rewrite rules for the images requested in this namespace by Pods (at admission), imagemap's VirtualMachines and NeonVM's (vm.neon.tech): \"when image X is requested, use image Y\".",
     printcolumn(
         name = "Rules",
         type_ = "integer",
@@ -29,7 +30,7 @@ use serde::{Deserialize, Serialize};
         name = "Affected-VMs",
         type_ = "integer",
         json_path = ".status.affectedVMs",
-        description = "VirtualMachines whose images at least one rule rewrites"
+        description = "VirtualMachines (imagemap's and NeonVM's) whose images at least one rule rewrites"
     ),
     printcolumn(
         name = "Ready",
@@ -49,7 +50,9 @@ pub struct ImageMappingSpec {
     #[serde(default)]
     #[schemars(range(min = -1_000_000, max = 1_000_000))]
     pub priority: i32,
-    /// Which VirtualMachines of this namespace the rules apply to, by label. Empty or absent: all.
+    /// Which Pods and VirtualMachines (imagemap's and NeonVM's) of this namespace the rules
+    /// apply to, by their labels; a pod labelled `imagemap.dev/skip: "true"` opts out. Empty
+    /// or absent: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
     /// When true, nothing is rewritten: the mapping's status reports what its rules would change.
@@ -60,7 +63,8 @@ pub struct ImageMappingSpec {
     pub rules: Vec<MappingRule>,
 }
 
-/// Rewrite rules for the images that VirtualMachines in any namespace request.
+/// Rewrite rules for the images that Pods, imagemap's VirtualMachines and NeonVM's
+/// VirtualMachines in any namespace request.
 /// Writable by cluster administrators only.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -70,7 +74,7 @@ pub struct ImageMappingSpec {
     status = "ImageMappingStatus",
     shortname = "cimgmap",
     category = "imagemap",
-    doc = "Cluster-wide rewrite rules for the images requested by VirtualMachines. Namespaced ImageMappings of equal priority win over these.",
+    doc = "Cluster-wide rewrite rules for the images requested by Pods (at admission), imagemap's VirtualMachines and NeonVM's (vm.neon.tech). Namespaced ImageMappings of equal priority win over these.",
     printcolumn(
         name = "Rules",
         type_ = "integer",
@@ -81,7 +85,7 @@ pub struct ImageMappingSpec {
         name = "Affected-VMs",
         type_ = "integer",
         json_path = ".status.affectedVMs",
-        description = "VirtualMachines whose images at least one rule rewrites"
+        description = "VirtualMachines (imagemap's and NeonVM's) whose images at least one rule rewrites"
     ),
     printcolumn(
         name = "Ready",
@@ -105,7 +109,8 @@ pub struct ClusterImageMappingSpec {
     /// (every namespace carries `kubernetes.io/metadata.name`). Empty or absent: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
-    /// Which VirtualMachines the rules apply to, by label. Empty or absent: all.
+    /// Which Pods and VirtualMachines (imagemap's and NeonVM's) the rules apply to, by
+    /// their labels. Empty or absent: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
     /// When true, nothing is rewritten: the mapping's status reports what its rules would change.
@@ -200,7 +205,8 @@ pub struct ImageMappingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 256))]
     pub rule_count: Option<i32>,
-    /// Number of VirtualMachines with at least one image rewritten by this mapping
+    /// Number of VirtualMachines (imagemap's and NeonVM's) with at least one image rewritten
+    /// by this mapping
     /// (for a dry-run mapping: that would be rewritten).
     #[serde(
         default,
@@ -209,11 +215,13 @@ pub struct ImageMappingStatus {
     )]
     #[schemars(range(min = 0, max = 2_147_483_647))]
     pub affected_vms: Option<i32>,
-    /// Per rule: how many VirtualMachines it affects, and why it is not usable if it is not.
+    /// Per rule: how many VirtualMachines and pods it affects, and why it is not usable if it
+    /// is not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleStatus>,
-    /// VirtualMachines (`namespace/name`) whose pod runs images that this mapping changed and
-    /// that wait for a restart because `liveReload` is off: the first 100 by name.
+    /// VirtualMachines whose pod runs images that this mapping changed and that wait for a
+    /// restart because live reload is off (`namespace/name` for imagemap's,
+    /// `namespace/vm.neon.tech/name` for NeonVM's): the first 100 by name.
     #[serde(
         default,
         rename = "awaitingRestart",
@@ -255,7 +263,7 @@ pub struct RuleStatus {
     /// Index of the rule in `spec.rules`.
     #[schemars(range(min = 0, max = 255))]
     pub index: i32,
-    /// VirtualMachines whose images this rule decides.
+    /// VirtualMachines (imagemap's and NeonVM's) whose images this rule decides.
     #[serde(rename = "affectedVMs")]
     #[schemars(range(min = 0, max = 2_147_483_647))]
     pub affected_vms: i32,
