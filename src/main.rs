@@ -1,3 +1,6 @@
+//! The `imagemap` command (and the `kubectl imagemap` plugin): parses the command line and
+//! runs the subcommand the library holds.
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};

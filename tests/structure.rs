@@ -15,6 +15,7 @@
 #![allow(clippy::unwrap_used)] // test code
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 const LIMIT: usize = 500;
@@ -671,5 +672,78 @@ fn a_name_says_one_thing() {
     assert_eq!(
         names_said_twice(&planted),
         ["type RuleSet: [\"core/rules/rule_set.rs\", \"operator/tasks.rs\"]"]
+    );
+}
+
+/// Each module file below `src/` (unit tests aside) and the first sentence of its doc.
+fn module_docs() -> Vec<(String, Option<String>)> {
+    let root = src();
+    rust_files(&root)
+        .into_iter()
+        .filter(|path| path.file_name().is_some_and(|n| n != "tests.rs"))
+        .map(|path| {
+            let name = path.strip_prefix(&root).unwrap().display().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let paragraph: Vec<&str> = text
+                .lines()
+                .take_while(|l| l.starts_with("//!"))
+                .map(|l| l.trim_start_matches("//!").trim())
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let joined = paragraph.join(" ");
+            let sentence = match joined.find(". ") {
+                Some(end) => joined[..=end].to_string(),
+                None => joined,
+            };
+            (name, (!sentence.is_empty()).then_some(sentence))
+        })
+        .collect()
+}
+
+/// Where README's generated list of modules starts and ends.
+const MODULES_BEGIN: &str = "<!-- modules: generated from each module's doc by tests/structure.rs \
+                             (UPDATE_ARCHITECTURE=1 cargo test --test structure rewrites it) -->";
+const MODULES_END: &str = "<!-- end of modules -->";
+
+/// The list of modules as README shows it: one row per file, with what its doc says first.
+fn modules_table(docs: &[(String, Option<String>)]) -> String {
+    let mut out = String::from("| module | what it owns (its doc's first sentence) |\n|---|---|\n");
+    for (file, sentence) in docs {
+        let sentence = sentence.as_deref().unwrap_or_default().replace('|', "\\|");
+        let _ = writeln!(out, "| `{file}` | {sentence} |");
+    }
+    out
+}
+
+#[test]
+fn every_module_says_what_it_owns_and_the_architecture_lists_it() {
+    let docs = module_docs();
+    let undocumented: Vec<&String> = docs
+        .iter()
+        .filter(|(_, sentence)| sentence.is_none())
+        .map(|(file, _)| file)
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "modules without a doc: {undocumented:?}"
+    );
+    let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let (before, rest) = readme
+        .split_once(MODULES_BEGIN)
+        .expect("README.md has no generated list of modules");
+    let (_, after) = rest.split_once(MODULES_END).unwrap();
+    let expected = format!(
+        "{before}{MODULES_BEGIN}\n\n{}\n{MODULES_END}{after}",
+        modules_table(&docs)
+    );
+    if std::env::var_os("UPDATE_ARCHITECTURE").is_some() {
+        std::fs::write(&readme_path, &expected).unwrap();
+        return;
+    }
+    assert!(
+        readme == expected,
+        "README.md's list of modules is stale (a module was added, moved, or its doc \
+         changed): run `UPDATE_ARCHITECTURE=1 cargo test --test structure`"
     );
 }

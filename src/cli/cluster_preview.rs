@@ -16,7 +16,7 @@ use super::report::{problem_json, problem_line, source_json};
 use super::resolve_args::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
 use super::table;
 use crate::core::manifests::{Manifests, ObjectKey, ObjectKind};
-use crate::core::vm_images;
+use crate::core::slot_resolution;
 use crate::core::vm_preview::{PodFate, Preview, SlotChange, VmPreview, compile, preview};
 use crate::core::workload_preview::{WorkloadPreview, preview_workloads};
 
@@ -73,7 +73,10 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let options = args.compile_options();
         let (now, later) = (compile(&live, &options), compile(&after, &options));
         let labels = |ns: &str| {
-            vm_images::namespace_labels(ns, after.namespaces.get(ns).unwrap_or(&BTreeMap::new()))
+            slot_resolution::namespace_labels(
+                ns,
+                after.namespaces.get(ns).unwrap_or(&BTreeMap::new()),
+            )
         };
         preview_workloads(&now, &later, &live.pod_templates, &labels)
     };

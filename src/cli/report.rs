@@ -14,7 +14,9 @@ use crate::core::manifests::Manifests;
 use crate::core::pod::records;
 use crate::core::reference::Reference;
 use crate::core::rules::{MappingKey, Mode, Requester, RuleProblem, RuleRef};
-use crate::core::vm_images::{self, ImageSlot, SlotResolution, VmResolution};
+use crate::core::slot_resolution;
+use crate::core::slot_resolution::{ImageSlot, SlotResolution};
+use crate::core::vm_images::{self, VmResolution};
 use crate::registry::RegistryError;
 
 /// The kind of imagemap's VirtualMachines among the entries.
@@ -86,7 +88,7 @@ impl Report {
         let set = crate::core::vm_preview::compile(manifests, &args.compile_options());
         let problems = set.problems().to_vec();
         let ns_labels = |ns: &str| {
-            vm_images::namespace_labels(
+            slot_resolution::namespace_labels(
                 ns,
                 manifests.namespaces.get(ns).unwrap_or(&BTreeMap::new()),
             )
@@ -156,7 +158,7 @@ impl Report {
                             slot: slot.clone(),
                             requested: image.clone(),
                         };
-                        vm_images::resolve_slot(&set, slot, &who, Mode::Live)
+                        slot_resolution::resolve_slot(&set, slot, &who, Mode::Live)
                     })
                     .collect();
                 VmEntry {

@@ -173,7 +173,7 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     };
     let rules = crate::core::vm_preview::compile(&live, &compile_options(&args.allowed_registries));
     let labels_of = |namespace: &str| {
-        crate::core::vm_images::namespace_labels(
+        crate::core::slot_resolution::namespace_labels(
             namespace,
             live.namespaces.get(namespace).unwrap_or(&BTreeMap::new()),
         )

@@ -23,6 +23,7 @@ pub mod reference;
 pub mod rule_change;
 pub mod rules;
 pub mod runner_pod;
+pub mod slot_resolution;
 pub mod stale_slot;
 pub mod vm_images;
 pub mod vm_plan;

@@ -14,9 +14,8 @@ use serde_json::Value;
 
 use crate::core::pod::pod_slots::SlotKind;
 use crate::core::rules::Requester;
-use crate::core::vm_images::{
-    ImageSlot, SLOT_EXTRA_PREFIX, SLOT_KERNEL, SLOT_ROOT_DISK, SLOT_RUNNER,
-};
+use crate::core::slot_resolution::ImageSlot;
+use crate::core::vm_images::{SLOT_EXTRA_PREFIX, SLOT_KERNEL, SLOT_ROOT_DISK, SLOT_RUNNER};
 
 /// NeonVM's API group.
 pub const GROUP: &str = "vm.neon.tech";

@@ -12,7 +12,9 @@ use kube::ResourceExt;
 use crate::core::api::{ResolvedImage, VirtualMachine, VirtualMachineStatus};
 use crate::core::manifests::Manifests;
 use crate::core::rules::{CompileOptions, MappingInput, Mode, RuleProblem, RuleRef, RuleSet};
-use crate::core::vm_images::{self, SlotResolution, VmResolution};
+use crate::core::slot_resolution;
+use crate::core::slot_resolution::SlotResolution;
+use crate::core::vm_images::{self, VmResolution};
 
 /// What the operator does to a VM's pod once the change is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -162,7 +164,7 @@ pub fn preview(
             vm_images::resolve_vm(
                 set,
                 vm,
-                &vm_images::namespace_labels(&key.0, &labels),
+                &slot_resolution::namespace_labels(&key.0, &labels),
                 default_runner_image,
                 Mode::Live,
             )

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use crate::core::pod::records::{self, LIVE_RELOAD_LABEL};
 use crate::core::pod_template::{PodTemplate, TemplateKind};
 use crate::core::rules::{Mode, RuleSet};
-use crate::core::vm_images::{self, ImageSlot, SlotResolution};
+use crate::core::slot_resolution;
+use crate::core::slot_resolution::{ImageSlot, SlotResolution};
 use crate::core::vm_preview::SlotChange;
 
 /// What happens to a workload's pods once the change is applied.
@@ -102,7 +103,7 @@ pub fn preview_workloads(
                 slot: slot.to_string(),
                 requested: requested.to_string(),
             };
-            vm_images::resolve_slot(rules, slot, &who, Mode::Live)
+            slot_resolution::resolve_slot(rules, slot, &who, Mode::Live)
         };
         let slots: Vec<SlotChange> = t
             .images

@@ -27,7 +27,7 @@ use crate::core::pod::records::{
     self, DRY_RUN, IMAGE_RULES, MAPPED, MAPPED_LABEL, ORIGINAL_IMAGES, Records, string_map,
 };
 use crate::core::rules::{Mode, Requester};
-use crate::core::vm_images::{ImageSlot, SlotResolution, resolve_slot};
+use crate::core::slot_resolution::{ImageSlot, SlotResolution, resolve_slot};
 
 /// What the request asks of the pod.
 #[derive(Debug, Clone, Copy)]

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use crate::core::pod::records;
 use crate::core::reference::Reference;
 use crate::core::rules::{Mode, Requester, RuleRef, RuleSet};
-use crate::core::vm_images::{ImageSlot, SlotResolution, resolve_slot};
+use crate::core::slot_resolution::{ImageSlot, SlotResolution, resolve_slot};
 
 /// The digest a followed tag points to as the caller last verified it: the reference, the
 /// rule that follows it, and the namespace asking.

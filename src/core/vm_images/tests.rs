@@ -1,6 +1,7 @@
 use super::*;
 use crate::core::api::{MappingRule, RuleMatch, VirtualMachineSpec};
 use crate::core::rules::{CompileOptions, MappingInput, MappingScope};
+use crate::core::slot_resolution::namespace_labels;
 use k8s_openapi::api::core::v1::Container;
 
 fn vm(yaml: &str) -> VirtualMachine {

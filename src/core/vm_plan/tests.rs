@@ -5,7 +5,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::*;
 use crate::core::api::VirtualMachineSpec;
 use crate::core::runner_pod::pod_images;
-use crate::core::vm_images::{SlotError, SlotResolution};
+use crate::core::slot_resolution::{SlotError, SlotResolution};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 fn vm(live_reload: bool, policy: &str) -> VirtualMachine {

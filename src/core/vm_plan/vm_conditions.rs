@@ -4,7 +4,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::core::api::VmPhase;
 use crate::core::conditions::{Conditions, KstatusRules, Status, kind, reason, with_kstatus};
-use crate::core::vm_images::{SlotError, VmResolution};
+use crate::core::slot_resolution::SlotError;
+use crate::core::vm_images::VmResolution;
 
 use super::pod_decision::PodImages;
 

@@ -11,7 +11,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::core::api::{ClusterImageMapping, ImageMapping, VirtualMachine};
 use crate::core::namespaced_name::NamespacedName;
 use crate::core::rules::{MappingInput, MappingScope};
-use crate::core::vm_images::{self, VmView};
+use crate::core::slot_resolution;
+use crate::core::vm_images::VmView;
 use crate::operator::acts_in::ActsIn;
 use crate::operator::replica::watches::cached_pod::CachedPod;
 use crate::operator::replica::watches::pod_index::PodIndex;
@@ -40,7 +41,7 @@ pub fn namespace_labels(
     namespace: &str,
 ) -> BTreeMap<String, String> {
     let ns = namespaces.get(&ObjectRef::new(namespace));
-    vm_images::namespace_labels(
+    slot_resolution::namespace_labels(
         namespace,
         ns.as_deref().map_or(&BTreeMap::new(), ResourceExt::labels),
     )
