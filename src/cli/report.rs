@@ -10,12 +10,12 @@ use serde_json::{Value, json};
 use super::follow_tags::Digests;
 use super::resolve_args::ResolveArgs;
 use super::table;
+use crate::core::admission::pod_view::Admission;
 use crate::core::manifests::Manifests;
-use crate::core::pod::records;
 use crate::core::reference::Reference;
 use crate::core::rules::{MappingKey, Mode, Requester, RuleProblem, RuleRef};
 use crate::core::slot_resolution;
-use crate::core::slot_resolution::{ImageSlot, SlotResolution};
+use crate::core::slot_resolution::SlotResolution;
 use crate::core::vm_images::{self, VmResolution};
 use crate::registry::RegistryError;
 
@@ -93,6 +93,7 @@ impl Report {
                 manifests.namespaces.get(ns).unwrap_or(&BTreeMap::new()),
             )
         };
+        let admission = Admission::without_digests(&set, &ns_labels);
         let unlabelled = BTreeMap::new();
         let namespace = args.namespace.as_deref().unwrap_or("default");
         let request_ns_labels = ns_labels(namespace);
@@ -148,18 +149,12 @@ impl Report {
                 }
             })
             .chain(manifests.pod_templates.iter().map(|t| {
-                let labels = ns_labels(&t.namespace);
-                let who = records::pod_requester(&t.namespace, &t.labels, &labels);
-                let slots = t
-                    .images
-                    .iter()
-                    .map(|(slot, image)| {
-                        let slot = ImageSlot {
-                            slot: slot.clone(),
-                            requested: image.clone(),
-                        };
-                        slot_resolution::resolve_slot(&set, slot, &who, Mode::Live)
-                    })
+                // As admission maps the pods they make.
+                let asked = t.images.iter().map(|(s, i)| (s.as_str(), i.as_str()));
+                let slots = admission
+                    .slots(&t.namespace, &t.labels, asked)
+                    .into_iter()
+                    .map(|outcome| outcome.resolution)
                     .collect();
                 VmEntry {
                     kind: t.kind.name(),

@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::pod::records::{self, LIVE_RELOAD_LABEL};
+use crate::core::admission::pod_view::Admission;
+use crate::core::pod::records::LIVE_RELOAD_LABEL;
 use crate::core::pod_template::{PodTemplate, TemplateKind};
-use crate::core::rules::{Mode, RuleSet};
-use crate::core::slot_resolution;
-use crate::core::slot_resolution::{ImageSlot, SlotResolution};
+use crate::core::rules::RuleSet;
+use crate::core::slot_resolution::SlotResolution;
 use crate::core::vm_preview::SlotChange;
 
 /// What happens to a workload's pods once the change is applied.
@@ -95,25 +95,22 @@ pub fn preview_workloads(
 ) -> (Vec<WorkloadPreview>, usize) {
     let mut changed = Vec::new();
     let mut unchanged = 0;
+    let (before, later) = (
+        Admission::without_digests(now, namespace_labels),
+        Admission::without_digests(after, namespace_labels),
+    );
     for t in templates {
-        let labels = namespace_labels(&t.namespace);
-        let who = records::pod_requester(&t.namespace, &t.labels, &labels);
-        let resolve = |rules: &RuleSet, slot: &str, requested: &str| {
-            let slot = ImageSlot {
-                slot: slot.to_string(),
-                requested: requested.to_string(),
-            };
-            slot_resolution::resolve_slot(rules, slot, &who, Mode::Live)
-        };
-        let slots: Vec<SlotChange> = t
-            .images
-            .iter()
-            .map(|(slot, requested)| {
-                let before = resolve(now, slot, requested);
-                let later = resolve(after, slot, requested);
+        // As admission maps the pods they make, under each rule set.
+        let asked = || t.images.iter().map(|(s, i)| (s.as_str(), i.as_str()));
+        let slots: Vec<SlotChange> = before
+            .slots(&t.namespace, &t.labels, asked())
+            .into_iter()
+            .zip(later.slots(&t.namespace, &t.labels, asked()))
+            .map(|(before, later)| {
+                let later = later.resolution;
                 SlotChange {
-                    slot: slot.clone(),
-                    now: image(&before).ok(),
+                    slot: later.slot.clone(),
+                    now: image(&before.resolution).ok(),
                     after: image(&later),
                     follow_tag: later.follow_tag,
                     rule: later.rule,
