@@ -18,14 +18,16 @@ use base64::Engine;
 use serde_json::{Value, json};
 use support::*;
 
-/// The release binary `scripts/image` built (`scripts/test` runs it before the tests).
+/// The binary `scripts/image` built, of the Cargo profile `IMAGE_PROFILE` (default
+/// `release`; `scripts/test` builds `image-ci`, `scripts/test-release` the shipped one).
 fn release_binary() -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR")
         .map_or_else(|_| PathBuf::from(REPO).join("target"), PathBuf::from);
-    let binary = target.join("x86_64-unknown-linux-gnu/release/imagemap");
+    let profile = std::env::var("IMAGE_PROFILE").unwrap_or_else(|_| "release".into());
+    let binary = target.join(format!("x86_64-unknown-linux-gnu/{profile}/imagemap"));
     assert!(
         binary.exists(),
-        "no {}: run scripts/test (it runs scripts/image first)",
+        "no {}: run scripts/test (it builds it with scripts/image)",
         binary.display()
     );
     binary
