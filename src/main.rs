@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
-use imagemap::cli::{Cli, Command, crds, resolve, run, status};
+use imagemap::cli::{Cli, Command, crds, explain, resolve, run, status};
 
 /// mimalloc rather than the C library's allocator: the operator's memory follows its caches
 /// (freed list pages and replaced objects go back to the system instead of staying with a
@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         Command::Resolve(args) => resolve::run(&args, &mut stdout.lock(), &mut stderr.lock()),
         Command::Crds(args) => crds::run(&args, &mut stdout.lock(), &mut stderr.lock()),
         Command::Status(args) => status::run(&args, &mut stdout.lock(), &mut stderr.lock()),
+        Command::Explain(args) => explain::run(&args, &mut stdout.lock(), &mut stderr.lock()),
         // Not locked here: the operator's log writers take stderr's lock line by line.
         Command::Run(args) => {
             run::init_logging(args.log_format);

@@ -490,3 +490,112 @@ async fn a_cluster_without_neonvm_is_ready_and_maps_pods() {
         "{logs}"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
+async fn a_refused_rule_that_matches_is_told_at_admission_unless_a_rule_outranks_it() {
+    let e = env("admission-refused").await;
+    let mapping = |name: &str, priority: i32, rules: serde_json::Value| {
+        serde_json::from_value::<imagemap::core::api::ImageMapping>(json!({
+            "apiVersion": "imagemap.dev/v1alpha1", "kind": "ImageMapping",
+            "metadata": {"name": name},
+            "spec": {"priority": priority, "rules": rules},
+        }))
+        .unwrap()
+    };
+    // Refused: they rewrite outside the allowed registries.
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping(
+                "evil",
+                0,
+                json!([
+                    {"match": {"repository": "acme/evil"}, "to": "evil.io/evil"},
+                    {"match": {"repository": "acme/outranked"}, "to": "evil.io/outranked"},
+                ]),
+            ),
+        )
+        .await
+        .unwrap();
+    // Applies, and outranks the refused rule for acme/outranked.
+    e.mappings
+        .create(
+            &PostParams::default(),
+            &mapping(
+                "good",
+                10,
+                json!([{"match": {"repository": "acme/outranked"}, "to": "mirror.io/outranked"}]),
+            ),
+        )
+        .await
+        .unwrap();
+    let cluster_mappings: Api<imagemap::core::api::ClusterImageMapping> =
+        Api::all(e.client.clone());
+    let admin = format!("refused-{}", e.ns);
+    cluster_mappings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "imagemap.dev/v1alpha1",
+                "kind": "ClusterImageMapping",
+                "metadata": {"name": admin},
+                "spec": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": e.ns}},
+                    "rules": [{"match": {"repository": "acme/cluster-evil"}, "to": "evil.io/x"}],
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let op = WebhookOperator::start(&e.ns, "busybox", &["--allowed-registries", "mirror.io"]).await;
+    let run = |name: &str, image: &str| {
+        let out = kubectl(&[
+            "run",
+            name,
+            "-n",
+            &e.ns,
+            &format!("--image={image}"),
+            "--restart=Never",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let refused = "which is not in the operator's allowed registries";
+    let stderr = run("bad", "acme/evil:1");
+    assert!(
+        stderr.contains(&format!(
+            "Warning: imagemap: container bad (acme/evil:1): ImageMapping {}/evil rule 0 matches but is refused: rewrites to registry evil.io, {refused}",
+            e.ns
+        )),
+        "{stderr}"
+    );
+    let stderr = run("cluster-bad", "acme/cluster-evil:1");
+    assert!(
+        stderr.contains(&format!(
+            "Warning: imagemap: container cluster-bad (acme/cluster-evil:1): ClusterImageMapping {admin} rule 0 matches but is refused: rewrites to registry evil.io, {refused}"
+        )),
+        "{stderr}"
+    );
+    // Outranked by a rule that applies: mapped, and nothing to say.
+    let stderr = run("good", "acme/outranked:1");
+    assert!(!stderr.contains("imagemap"), "{stderr}");
+    for (pod, image) in [
+        ("bad", "acme/evil:1"),
+        ("cluster-bad", "acme/cluster-evil:1"),
+        ("good", "mirror.io/outranked:1"),
+    ] {
+        let created = e.pods.get(pod).await.unwrap();
+        assert_eq!(images(&created), [(pod.to_string(), image.to_string())]);
+    }
+    assert!(
+        op.process
+            .metric("imagemap_admission_warnings_total{reason=\"refused_rule\"}")
+            >= 2.0
+    );
+    cluster_mappings
+        .delete(&admin, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+}

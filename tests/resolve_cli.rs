@@ -440,3 +440,52 @@ spec: {containers: [{name: app, image: nginx}]}
     assert!(out.contains("Deployment dev/web"), "{out}");
     assert!(out.contains("CONTAINER"), "{out}");
 }
+
+#[test]
+fn neonvm_virtual_machines_resolve_slot_by_slot_as_admission_maps_their_runner_pods() {
+    let (code, v, err) = json(&["resolve", "-f", "examples/"]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    assert!(!err.contains("vm.neon.tech"), "not skipped: {err}");
+    let vms = v["neonvmVirtualMachines"].as_array().unwrap();
+    let compute = vms
+        .iter()
+        .find(|vm| vm["namespace"] == "dev-neonvm" && vm["name"] == "compute")
+        .unwrap_or_else(|| panic!("{vms:?}"));
+    let disk = &compute["images"][0];
+    assert_eq!(disk["slot"], "rootDisk");
+    assert_eq!(disk["requested"], "neondatabase/vm-compute-node-v17:latest");
+    // The constant-tag mapping (priority 1) wins over the unique-tag one.
+    assert_eq!(
+        disk["resolved"],
+        "k3d-neon-local-registry:5000/vm-compute-node-v17:dev"
+    );
+    assert_eq!(disk["source"]["kind"], "ImageMapping");
+    assert_eq!(disk["source"]["namespace"], "dev-neonvm");
+    assert_eq!(disk["source"]["name"], "neonvm-compute-constant");
+    assert_eq!(disk["source"]["rule"], 0);
+    // No runner image named, and no default given: the runner slot is not shown; with
+    // the operator's default, it is.
+    assert_eq!(compute["images"].as_array().unwrap().len(), 1);
+    let (_, v, _) = json(&[
+        "resolve",
+        "-f",
+        "examples/neonvm",
+        "--neonvm-default-runner-image",
+        "neondatabase/neonvm-runner:v1",
+    ]);
+    let slots: Vec<&str> = v["neonvmVirtualMachines"][0]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["slot"].as_str().unwrap())
+        .collect();
+    assert_eq!(slots, ["rootDisk", "runner"]);
+    // And the table.
+    let (_, out, _) = imagemap(&["resolve", "-f", "examples/neonvm"]);
+    assert!(
+        out.contains("NEONVM VIRTUALMACHINE")
+            && out.contains("dev-neonvm/compute")
+            && out.contains("ImageMapping dev-neonvm/neonvm-compute-constant rule 0"),
+        "{out}"
+    );
+}

@@ -146,6 +146,7 @@ pub async fn read(
             virtual_machines,
             // Not read from the cluster yet: the preview covers VirtualMachines.
             pod_templates: Vec::new(),
+            neonvm_vms: Vec::new(),
             namespaces,
             local_registry,
             skipped: Vec::new(),

@@ -155,6 +155,7 @@ impl ProposedChange {
             cluster_image_mappings: live.cluster_image_mappings.clone(),
             virtual_machines: live.virtual_machines.clone(),
             pod_templates: live.pod_templates.clone(),
+            neonvm_vms: live.neonvm_vms.clone(),
             namespaces: live.namespaces.clone(),
             local_registry: live.local_registry.clone(),
             skipped: Vec::new(),

@@ -4,6 +4,9 @@ pub mod cluster;
 pub mod cluster_preview;
 pub mod cluster_workloads;
 pub mod crds;
+pub mod explain;
+mod explain_output;
+mod explain_reads;
 pub mod follow_tags;
 pub mod manifest_files;
 pub mod preview_scope;
@@ -35,4 +38,7 @@ pub enum Command {
     /// Show what each NeonVM VirtualMachine's images resolve to now, and whether its runner
     /// pod runs it.
     Status(status::StatusArgs),
+    /// Explain why a pod (or a workload's pods, or a VM's) runs what it runs: each
+    /// container's request, what it runs, what the rules make of it now, and a verdict.
+    Explain(Box<explain::ExplainArgs>),
 }

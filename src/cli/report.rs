@@ -21,6 +21,27 @@ use crate::registry::RegistryError;
 
 /// The kind of imagemap's VirtualMachines among the entries.
 const VM: &str = "VirtualMachine";
+/// The kind of NeonVM's VirtualMachines among the entries.
+const NEONVM: &str = "VirtualMachine.vm.neon.tech";
+
+/// The groups of entries, each a table and a JSON list: imagemap's VMs, NeonVM's, and the
+/// workloads (every other kind).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Group {
+    Vms,
+    NeonVms,
+    Workloads,
+}
+
+impl Group {
+    fn of(kind: &str) -> Group {
+        match kind {
+            VM => Group::Vms,
+            NEONVM => Group::NeonVms,
+            _ => Group::Workloads,
+        }
+    }
+}
 
 pub(super) struct ImageEntry {
     input: String,
@@ -36,7 +57,7 @@ pub(super) struct ImageEntry {
 
 /// A VM, or a pod or workload's pod template, and what its slots resolve to.
 pub(super) struct VmEntry {
-    /// `VirtualMachine`, `Pod`, `Deployment`, …
+    /// `VirtualMachine`, `VirtualMachine.vm.neon.tech`, `Pod`, `Deployment`, …
     kind: &'static str,
     namespace: String,
     name: String,
@@ -163,6 +184,24 @@ impl Report {
                     resolution: VmResolution { slots },
                 }
             }))
+            .chain(manifests.neonvm_vms.iter().map(|vm| {
+                // As admission maps the runner pod NeonVM makes for it.
+                let slots = vm.slots(args.neonvm_default_runner_image.as_deref());
+                let asked = slots
+                    .iter()
+                    .map(|s| (s.slot.as_str(), s.requested.as_str()));
+                let slots = admission
+                    .slots(&vm.namespace, &vm.labels, asked)
+                    .into_iter()
+                    .map(|outcome| outcome.resolution)
+                    .collect();
+                VmEntry {
+                    kind: NEONVM,
+                    namespace: vm.namespace.clone(),
+                    name: vm.name.clone(),
+                    resolution: VmResolution { slots },
+                }
+            }))
             .collect();
         Report {
             images,
@@ -242,15 +281,15 @@ impl Report {
 
     pub(super) fn to_json(&self) -> Value {
         let images: Vec<Value> = self.images.iter().map(image_json).collect();
-        let entries = |vm: bool| -> Vec<Value> {
+        let entries = |group: Group| -> Vec<Value> {
             self.vms
                 .iter()
-                .filter(|v| (v.kind == VM) == vm)
+                .filter(|v| Group::of(v.kind) == group)
                 .map(|v| {
                     let images: Vec<Value> = v.resolution.slots.iter().map(slot_json).collect();
                     let mut entry =
                         json!({"namespace": v.namespace, "name": v.name, "images": images});
-                    if !vm {
+                    if group == Group::Workloads {
                         entry["kind"] = json!(v.kind);
                     }
                     entry
@@ -258,7 +297,13 @@ impl Report {
                 .collect()
         };
         let problems: Vec<Value> = self.problems.iter().map(problem_json).collect();
-        json!({"images": images, "virtualMachines": entries(true), "workloads": entries(false), "problems": problems})
+        json!({
+            "images": images,
+            "virtualMachines": entries(Group::Vms),
+            "neonvmVirtualMachines": entries(Group::NeonVms),
+            "workloads": entries(Group::Workloads),
+            "problems": problems,
+        })
     }
 
     pub(super) fn to_table(&self) -> String {
@@ -283,18 +328,22 @@ impl Report {
             }
             out.push_str(&table::render(&rows));
         }
-        for vm in [true, false] {
-            let entries: Vec<&VmEntry> = self.vms.iter().filter(|v| (v.kind == VM) == vm).collect();
+        for group in [Group::Vms, Group::NeonVms, Group::Workloads] {
+            let entries: Vec<&VmEntry> = self
+                .vms
+                .iter()
+                .filter(|v| Group::of(v.kind) == group)
+                .collect();
             if entries.is_empty() {
                 continue;
             }
             if !out.is_empty() {
                 out.push('\n');
             }
-            let (what, slot) = if vm {
-                ("VIRTUALMACHINE", "SLOT")
-            } else {
-                ("WORKLOAD", "CONTAINER")
+            let (what, slot) = match group {
+                Group::Vms => ("VIRTUALMACHINE", "SLOT"),
+                Group::NeonVms => ("NEONVM VIRTUALMACHINE", "SLOT"),
+                Group::Workloads => ("WORKLOAD", "CONTAINER"),
             };
             let mut rows = vec![[
                 what.to_string(),
@@ -304,10 +353,10 @@ impl Report {
                 "RULE".into(),
             ]];
             for v in entries {
-                let named = if vm {
-                    format!("{}/{}", v.namespace, v.name)
-                } else {
+                let named = if group == Group::Workloads {
                     format!("{} {}/{}", v.kind, v.namespace, v.name)
+                } else {
+                    format!("{}/{}", v.namespace, v.name)
                 };
                 for slot in &v.resolution.slots {
                     let resolved = match &slot.outcome {
@@ -329,7 +378,7 @@ impl Report {
             out.push_str(&table::render(&rows));
         }
         if out.is_empty() {
-            out.push_str("nothing to resolve: pass --image REF or -f with VirtualMachines, Pods or workloads\n");
+            out.push_str("nothing to resolve: pass --image REF or -f with VirtualMachines (imagemap's or NeonVM's), Pods or workloads\n");
         }
         out
     }

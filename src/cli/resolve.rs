@@ -24,8 +24,9 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let _ = writeln!(
             err,
             "note: skipping {skipped}: resolve reads ImageMapping, ClusterImageMapping, \
-             VirtualMachine, Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, \
-             Namespace and the ConfigMap kube-public/local-registry-hosting"
+             VirtualMachine (imagemap's and NeonVM's), Pod, Deployment, StatefulSet, \
+             DaemonSet, ReplicaSet, Job, CronJob, Namespace and the ConfigMap \
+             kube-public/local-registry-hosting"
         );
     }
     let mut report = Report::build(&manifests, args);

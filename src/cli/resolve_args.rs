@@ -50,6 +50,10 @@ pub struct ResolveArgs {
     /// Runner image of VirtualMachines that name none (the operator's flag of the same name).
     #[arg(long, default_value = vm_images::DEFAULT_RUNNER_IMAGE)]
     pub default_runner_image: String,
+    /// The runner image NeonVM's controller gives a NeonVM VirtualMachine that names none, as
+    /// the operator's flag of the same name; without it such a VM's runner slot is not shown.
+    #[arg(long, value_name = "IMAGE")]
+    pub neonvm_default_runner_image: Option<String>,
     /// Ask the registries which digest each followed tag (`followTag`) points to now.
     /// Off by default: the preview stays offline.
     #[arg(long, conflicts_with = "cluster")]

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::core::api::{ClusterImageMapping, GROUP, ImageMapping, VERSION, VirtualMachine};
 use crate::core::local_registry::{self, LocalRegistry};
+use crate::core::neonvm::{self, NeonVm};
 use crate::core::pod_template::{PodTemplate, TemplateKind};
 
 /// What was found in the manifests.
@@ -22,6 +23,8 @@ pub struct Manifests {
     /// Pods, and the pod templates of workloads (Deployments, StatefulSets, DaemonSets,
     /// ReplicaSets, Jobs, CronJobs).
     pub pod_templates: Vec<PodTemplate>,
+    /// NeonVM's VirtualMachines (`vm.neon.tech/v1`).
+    pub neonvm_vms: Vec<NeonVm>,
     /// Labels of the Namespace documents found, by name.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// The cluster's local registry, from the ConfigMap
@@ -257,6 +260,18 @@ impl Manifests {
         if let Some(template) = TemplateKind::of(&api_version, &kind) {
             self.pod_templates
                 .push(PodTemplate::read(template, &value, default_namespace)?);
+            return Ok(());
+        }
+        if kind == "VirtualMachine" && api_version == format!("{}/v1", neonvm::GROUP) {
+            let mut value = value;
+            if value.pointer("/metadata/namespace").is_none()
+                && let Some(metadata) = value.get_mut("metadata").and_then(|m| m.as_object_mut())
+            {
+                metadata.insert("namespace".into(), default_namespace.into());
+            }
+            let vm = NeonVm::read(&value)
+                .ok_or_else(|| format!("{api_version} {kind} {name:?} has no metadata.name"))?;
+            self.neonvm_vms.push(vm);
             return Ok(());
         }
         let ours = api_version == format!("{GROUP}/{VERSION}");

@@ -8,6 +8,7 @@ pub mod api;
 pub mod conditions;
 pub mod crd_yaml;
 pub mod excerpt;
+pub mod explain;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod local_registry;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::core::api::ResolvedImage;
 use crate::core::reference::Reference;
-use crate::core::rules::{Mode, Requester, ResolveError, RuleRef, RuleSet};
+use crate::core::rules::{Mode, RefusedMatch, Requester, ResolveError, RuleRef, RuleSet};
 
 /// Most bytes of a slot's `error` in the VM's status.
 const ERROR_LIMIT: usize = 1024;
@@ -68,6 +68,9 @@ pub struct SlotResolution {
     pub digest: Option<String>,
     /// Why the followed tag's digest could not be verified (the last check failed).
     pub digest_error: Option<String>,
+    /// Refused rules that match and would have decided the slot (outranking the winner, or
+    /// where no rule applies): what admission warns of, and `imagemap explain` shows.
+    pub refused: Vec<RefusedMatch>,
 }
 
 impl SlotResolution {
@@ -114,6 +117,7 @@ pub fn resolve_slot(
                 follow_tag: false,
                 digest: None,
                 digest_error: None,
+                refused: Vec::new(),
             };
         }
     };
@@ -133,6 +137,7 @@ pub fn resolve_slot(
         follow_tag,
         digest: None,
         digest_error: None,
+        refused: res.refused,
     }
 }
 

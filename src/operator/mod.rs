@@ -49,6 +49,10 @@ pub use options::token_file::TokenFile;
 pub use options::{
     DEFAULT_CONCURRENCY, Options, RegistryNotifications, Webhook, WebhookCertificate,
 };
+pub use replica::digests::followed::Followed;
+pub use replica::digests::verified_digests::{
+    DATA_KEY as DIGESTS_DATA_KEY, decode as decode_digests,
+};
 pub use replica::watches::cached_pod::CachedPod;
 pub use replica::watches::caches::Caches;
 pub use replica::webhook::handler::{Admitter, Answered, NotAReview};

@@ -63,8 +63,11 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The changes to the pod (empty: none).
     pub patch: Patch,
-    /// What `kubectl` prints: containers not mapped and why; ephemeral rewrites.
+    /// What `kubectl` prints: containers not mapped and why, refused rules that matched;
+    /// ephemeral rewrites.
     pub warnings: Vec<String>,
+    /// How many warnings of each reason the pod gave, told or not (for metrics).
+    pub warned: BTreeMap<&'static str, usize>,
     /// Containers whose followed tag was admitted without a digest.
     pub unpinned: usize,
     /// Containers a dry-run mapping would rewrite.
@@ -72,11 +75,13 @@ pub struct Decision {
 }
 
 impl Decision {
-    fn unchanged(warnings: Vec<String>) -> Decision {
+    fn unchanged(warnings: Warnings) -> Decision {
+        let (warnings, warned) = warnings.into_parts();
         Decision {
             outcome: Outcome::Unchanged,
             patch: Patch(Vec::new()),
             warnings,
+            warned,
             unpinned: 0,
             dry_run: 0,
         }
@@ -140,7 +145,7 @@ pub fn decide(admission: &Admission<'_>, request: &PodRequest<'_>) -> Decision {
     ops.extend(migrated);
     if let PodChange::EphemeralContainers { .. } = request.change {
         for m in mapped.iter().filter(|m| m.image != m.requested) {
-            warnings.add(|| {
+            warnings.add(EPHEMERAL, || {
                 format!(
                     "imagemap: ephemeral container {} runs {} instead of {} ({})",
                     m.slot.key,
@@ -150,10 +155,12 @@ pub fn decide(admission: &Admission<'_>, request: &PodRequest<'_>) -> Decision {
                 )
             });
         }
+        let (warnings, warned) = warnings.into_parts();
         return Decision {
             outcome: outcome(rewritten),
             patch: Patch(ops),
-            warnings: warnings.into_vec(),
+            warnings,
+            warned,
             unpinned,
             dry_run,
         };
@@ -168,9 +175,12 @@ pub fn decide(admission: &Admission<'_>, request: &PodRequest<'_>) -> Decision {
     let values = match records.annotations(&annotations) {
         Ok(values) => values,
         Err(e) => {
-            let mut said = warnings.into_vec();
-            said.push(format!("imagemap: the pod is not mapped: {e}"));
-            return Decision::unchanged(said);
+            let mut warnings = warnings;
+            warnings.add_past_bound(
+                POD_NOT_MAPPED,
+                format!("imagemap: the pod is not mapped: {e}"),
+            );
+            return Decision::unchanged(warnings);
         }
     };
     let label = if records.originals.is_empty() {
@@ -179,10 +189,12 @@ pub fn decide(admission: &Admission<'_>, request: &PodRequest<'_>) -> Decision {
         Some(MAPPED)
     };
     ops.extend(record_ops(request.pod, &records, values, label));
+    let (warnings, warned) = warnings.into_parts();
     Decision {
         outcome: outcome(rewritten),
         patch: Patch(ops),
-        warnings: warnings.into_vec(),
+        warnings,
+        warned,
         unpinned,
         dry_run,
     }
@@ -203,17 +215,23 @@ fn slots_to_map(request: &PodRequest<'_>, runner: bool) -> Result<Vec<PodSlot>, 
     };
     let mut slots = pod_slots_named(spec, kinds, naming);
     if slots.len() > MAX_SLOTS {
-        return Err(Decision::unchanged(vec![format!(
-            "imagemap: the pod has {} containers, over the {MAX_SLOTS} admission maps: it is not mapped",
-            slots.len()
-        )]));
+        return Err(Decision::unchanged(Warnings::one(
+            POD_NOT_MAPPED,
+            format!(
+                "imagemap: the pod has {} containers, over the {MAX_SLOTS} admission maps: it is not mapped",
+                slots.len()
+            ),
+        )));
     }
     let duplicates = duplicate_keys(&slots);
     if !duplicates.is_empty() {
-        return Err(Decision::unchanged(vec![format!(
-            "imagemap: containers share names ({}): the pod is not mapped",
-            duplicates.join(", ")
-        )]));
+        return Err(Decision::unchanged(Warnings::one(
+            POD_NOT_MAPPED,
+            format!(
+                "imagemap: containers share names ({}): the pod is not mapped",
+                duplicates.join(", ")
+            ),
+        )));
     }
     if let PodChange::EphemeralContainers { old } = request.change {
         let before: HashSet<String> =
@@ -261,10 +279,18 @@ fn resolve_all(
             map_container(admission, who, slot, image)
         });
         if let Err(e) = &m.resolution.outcome {
-            out.warnings.add(|| {
+            out.warnings.add(NOT_MAPPED, || {
                 format!(
                     "imagemap: container {} ({}) is not mapped: {e}",
                     m.slot.key, m.requested
+                )
+            });
+        }
+        for refused in &m.resolution.refused {
+            out.warnings.add(REFUSED_RULE, || {
+                format!(
+                    "imagemap: container {} ({}): {} matches but is refused: {}",
+                    m.slot.key, m.requested, refused.rule, refused.problem
                 )
             });
         }
@@ -283,15 +309,33 @@ fn resolve_all(
     out
 }
 
-/// Warnings, at most [`MAX_WARNINGS`] and a count of the rest (none is even built).
+/// Why admission warns, as the metric counts it: a container not mapped, a refused rule
+/// that matched, an ephemeral container rewritten, a pod not mapped at all.
+pub const NOT_MAPPED: &str = "not_mapped";
+pub const REFUSED_RULE: &str = "refused_rule";
+pub const EPHEMERAL: &str = "ephemeral";
+pub const POD_NOT_MAPPED: &str = "pod_not_mapped";
+
+/// Warnings, at most [`MAX_WARNINGS`] and a count of the rest (none is even built), and how
+/// many of each reason were given.
 #[derive(Debug, Default)]
 struct Warnings {
     said: Vec<String>,
     more: usize,
+    /// After the bounded list: why the pod as a whole is not mapped.
+    last: Option<String>,
+    counts: BTreeMap<&'static str, usize>,
 }
 
 impl Warnings {
-    fn add(&mut self, text: impl FnOnce() -> String) {
+    fn one(reason: &'static str, text: String) -> Warnings {
+        let mut out = Warnings::default();
+        out.add(reason, || text);
+        out
+    }
+
+    fn add(&mut self, reason: &'static str, text: impl FnOnce() -> String) {
+        *self.counts.entry(reason).or_default() += 1;
         if self.said.len() < MAX_WARNINGS {
             self.said.push(text());
         } else {
@@ -299,12 +343,19 @@ impl Warnings {
         }
     }
 
-    fn into_vec(mut self) -> Vec<String> {
+    /// `text`, told after the bounded list and its count.
+    fn add_past_bound(&mut self, reason: &'static str, text: String) {
+        *self.counts.entry(reason).or_default() += 1;
+        self.last = Some(text);
+    }
+
+    fn into_parts(mut self) -> (Vec<String>, BTreeMap<&'static str, usize>) {
         if self.more > 0 {
             self.said
                 .push(format!("imagemap: and {} more warnings", self.more));
         }
-        self.said
+        self.said.extend(self.last);
+        (self.said, self.counts)
     }
 }
 

@@ -28,6 +28,14 @@ pub enum Skip {
 }
 
 impl Skip {
+    /// Every reason a request is left alone.
+    pub const ALL: [Skip; 4] = [
+        Skip::ExcludedNamespace,
+        Skip::OtherRequest,
+        Skip::MirrorPod,
+        Skip::OwnVirtualMachine,
+    ];
+
     /// A bounded label for metrics and logs.
     #[must_use]
     pub fn as_str(self) -> &'static str {

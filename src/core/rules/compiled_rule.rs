@@ -1,10 +1,12 @@
 //! A rule as compiled into a [`super::rule_set::RuleSet`]: its id, its mapping's compiled
-//! selectors and priority, its pattern and its action.
+//! selectors and priority, its pattern and its action; and a rule refused whose `match`
+//! compiles, kept so that admission can say it matched.
 
 use kube::core::Selector;
 
 use super::mapping_input::MappingKey;
 use super::pattern::Pattern;
+use super::problem::ProblemDetail;
 use super::rewrite::Action;
 
 /// Index of a compiled rule in a [`RuleSet`].
@@ -28,4 +30,16 @@ pub(super) struct CompiledRule {
     pub(super) index: usize,
     pub(super) pattern: Pattern,
     pub(super) action: Action,
+}
+
+/// A rule refused at compile time — its rewrite is invalid, or it points outside the
+/// allowed registries — whose `match` compiles: never applied, but admission warns when it
+/// matches a container it would have decided.
+#[derive(Debug, Clone)]
+pub(super) struct RefusedRule {
+    pub(super) mapping: usize,
+    pub(super) index: usize,
+    pub(super) pattern: Pattern,
+    /// Why it is refused, as the mapping's status says it.
+    pub(super) problem: ProblemDetail,
 }

@@ -12,7 +12,7 @@ use regex::{Regex, RegexSet, RegexSetBuilder};
 
 use crate::core::reference::Reference;
 
-use super::compiled_rule::{CompiledRule, RuleId};
+use super::compiled_rule::RuleId;
 use super::pattern::Pattern;
 
 /// Rules of one key, sorted by scope: cluster rules (scope 0) first, then each
@@ -151,12 +151,12 @@ impl Index {
     pub(crate) fn insert(
         &mut self,
         id: RuleId,
-        rule: &CompiledRule,
+        pattern: &Pattern,
         namespace: Option<&str>,
         priority: i32,
     ) {
         let scope = self.scope_of(namespace);
-        let (map, key, kind) = match &rule.pattern {
+        let (map, key, kind) = match pattern {
             Pattern::Exact(k) => (&mut self.literal, k, LiteralKind::Exact),
             Pattern::Repository(k) => (&mut self.literal, k, LiteralKind::Repository),
             Pattern::Prefix(k) => (&mut self.literal, k, LiteralKind::Prefix),

@@ -7,15 +7,17 @@ use kube::core::SelectorExt;
 use super::compiled_rule::{RuleId, Winners};
 use super::index;
 use super::mapping_input::MappingScope;
+use super::mapping_input::RuleRef;
 use super::precedence::{Best, Rank};
 use super::requester::{Mode, Requester};
-use super::resolution::{NAMED_CONFLICTS, Resolution, ResolveError};
+use super::resolution::{NAMED_CONFLICTS, RefusedMatch, Resolution, ResolveError};
 use super::rule_set::RuleSet;
 use crate::core::reference::Reference;
 
 impl RuleSet {
-    pub(super) fn applies(&self, id: RuleId, who: &Requester<'_>, mode: Mode) -> bool {
-        let m = &self.mappings[self.rules[id as usize].mapping];
+    /// Whether the rules of mapping `mapping` (its index here) apply to `who`.
+    pub(super) fn mapping_applies(&self, mapping: usize, who: &Requester<'_>, mode: Mode) -> bool {
+        let m = &self.mappings[mapping];
         if mode == Mode::Live && m.dry_run {
             return false;
         }
@@ -36,6 +38,16 @@ impl RuleSet {
     /// Cost depends on the number of components of `r`, not on the number of rules
     /// (regex rules are matched as one automaton, and only when they could win).
     pub fn find(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Winners {
+        self.find_ranked(r, who, mode).0
+    }
+
+    /// [`RuleSet::find`], and the winners' rank.
+    fn find_ranked(
+        &self,
+        r: &Reference,
+        who: &Requester<'_>,
+        mode: Mode,
+    ) -> (Winners, Option<Rank>) {
         let mut best = Best::default();
         let ns = who
             .namespace_rules
@@ -59,7 +71,7 @@ impl RuleSet {
                     });
             }
         }
-        best.finish(self)
+        best.finish_ranked(self)
     }
 
     /// Resolves `r` for `who`: the rewritten reference, the rule that decided it, and
@@ -69,8 +81,60 @@ impl RuleSet {
     pub fn resolve(&self, r: &Reference, who: &Requester<'_>, mode: Mode) -> Resolution {
         let local = self.local_reference(r);
         let r = local.as_ref().unwrap_or(r);
-        let winners = self.find(r, who, mode);
-        self.outcome(r, &winners)
+        let (winners, rank) = self.find_ranked(r, who, mode);
+        let mut resolution = self.outcome(r, &winners);
+        resolution.refused = self.refused_matching(r, who, mode, rank);
+        resolution
+    }
+
+    /// The refused rules that match `r` for `who` with a rank at least the winners' `rank`
+    /// (any, when no rule applies), in rank order: a few hash lookups, as for the rules that
+    /// apply; none at all when no rule is refused.
+    fn refused_matching(
+        &self,
+        r: &Reference,
+        who: &Requester<'_>,
+        mode: Mode,
+        rank: Option<Rank>,
+    ) -> Vec<RefusedMatch> {
+        if self.refused.is_empty() {
+            return Vec::new();
+        }
+        let ns = who
+            .namespace_rules
+            .then(|| self.refused_index.namespace(who.namespace))
+            .flatten();
+        let mut found: Vec<(Rank, RuleId)> = Vec::new();
+        let mut consider = |id: RuleId, len: usize| {
+            let rule = &self.refused[id as usize];
+            if !self.mapping_applies(rule.mapping, who, mode) {
+                return;
+            }
+            let of = self.rank_of(rule.mapping, rule.pattern.kind(), len);
+            if rank.is_none_or(|winner| of <= winner) {
+                found.push((of, id));
+            }
+        };
+        self.refused_index.literal_candidates(r, ns, &mut consider);
+        for namespaced in [true, false] {
+            self.refused_index
+                .regex_candidates(r, ns, namespaced, |id| consider(id, 0));
+        }
+        found.sort();
+        found
+            .into_iter()
+            .map(|(_, id)| {
+                let rule = &self.refused[id as usize];
+                RefusedMatch {
+                    rule: RuleRef {
+                        mapping: self.mappings[rule.mapping].key.clone(),
+                        index: rule.index,
+                        kind: rule.pattern.kind(),
+                    },
+                    problem: rule.problem.to_string(),
+                }
+            })
+            .collect()
     }
 
     fn outcome(&self, r: &Reference, winners: &Winners) -> Resolution {
@@ -81,6 +145,7 @@ impl RuleSet {
                 conflicts: Vec::new(),
                 more_conflicts: 0,
                 follow_tag: false,
+                refused: Vec::new(),
             };
         };
         let resolved = self.apply(first, r);
@@ -104,6 +169,7 @@ impl RuleSet {
             conflicts,
             more_conflicts,
             follow_tag,
+            refused: Vec::new(),
         }
     }
 
@@ -170,6 +236,14 @@ impl RuleSet {
         let local = self.local_reference(r);
         let r = local.as_ref().unwrap_or(r);
         let winners = self.find_linear(r, who, mode);
-        self.outcome(r, &winners)
+        let rank = winners.first().map(|&id| {
+            self.rank(
+                id,
+                index::matches(&self.rules[id as usize].pattern, r).unwrap_or(0),
+            )
+        });
+        let mut resolution = self.outcome(r, &winners);
+        resolution.refused = self.refused_matching(r, who, mode, rank);
+        resolution
     }
 }

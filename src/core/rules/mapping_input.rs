@@ -42,6 +42,21 @@ pub struct MappingInput {
     pub rules: Vec<MappingRule>,
 }
 
+impl MappingInput {
+    /// The mapping's key: its scope, its namespace (none for a ClusterImageMapping) and name.
+    #[must_use]
+    pub fn key(&self) -> MappingKey {
+        MappingKey {
+            scope: self.scope,
+            namespace: match self.scope {
+                MappingScope::Namespaced => self.namespace.clone(),
+                MappingScope::Cluster => None,
+            },
+            name: self.name.clone(),
+        }
+    }
+}
+
 impl From<&ImageMapping> for MappingInput {
     fn from(m: &ImageMapping) -> Self {
         MappingInput {

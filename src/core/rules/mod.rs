@@ -13,6 +13,7 @@ mod conflicts;
 mod index;
 mod lookup;
 mod mapping_input;
+mod nearest;
 mod pattern;
 mod precedence;
 mod problem;
@@ -27,7 +28,7 @@ pub use mapping_input::{MappingInput, MappingKey, MappingScope, RuleRef};
 pub use pattern::{MatchKind, Pattern};
 pub use problem::{ProblemDetail, ProblemReason, RuleProblem};
 pub use requester::{Mode, Requester};
-pub use resolution::{NAMED_CONFLICTS, Resolution, ResolveError};
+pub use resolution::{NAMED_CONFLICTS, RefusedMatch, Resolution, ResolveError};
 pub use rewrite::Action;
 pub use rule_set::{CompileOptions, MAX_RULES, RuleSet};
 

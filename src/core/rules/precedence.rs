@@ -30,13 +30,18 @@ impl Rank {
 }
 
 impl RuleSet {
-    fn rank(&self, id: RuleId, prefix_len: usize) -> Rank {
+    pub(super) fn rank(&self, id: RuleId, prefix_len: usize) -> Rank {
         let rule = &self.rules[id as usize];
-        let m = &self.mappings[rule.mapping];
+        self.rank_of(rule.mapping, rule.pattern.kind(), prefix_len)
+    }
+
+    /// The rank of a rule of mapping `mapping` (its index here) matching as `kind`.
+    pub(super) fn rank_of(&self, mapping: usize, kind: MatchKind, prefix_len: usize) -> Rank {
+        let m = &self.mappings[mapping];
         Rank {
             priority: Reverse(m.priority),
             scope: m.key.scope,
-            kind: rule.pattern.kind(),
+            kind,
             prefix_len: Reverse(prefix_len),
         }
     }
@@ -69,7 +74,7 @@ impl Best {
         who: &Requester<'_>,
         mode: Mode,
     ) {
-        if !set.applies(id, who, mode) {
+        if !set.mapping_applies(set.rules[id as usize].mapping, who, mode) {
             return;
         }
         let rank = set.rank(id, prefix_len);
@@ -84,10 +89,15 @@ impl Best {
         }
     }
 
-    pub(super) fn finish(mut self, set: &RuleSet) -> Winners {
+    pub(super) fn finish(self, set: &RuleSet) -> Winners {
+        self.finish_ranked(set).0
+    }
+
+    /// The winners, and their rank.
+    pub(super) fn finish_ranked(mut self, set: &RuleSet) -> (Winners, Option<Rank>) {
         if self.winners.len() > 1 {
             self.winners.sort_by(|&a, &b| set.tie_order(a, b));
         }
-        self.winners
+        (self.winners, self.rank)
     }
 }

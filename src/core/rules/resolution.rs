@@ -2,6 +2,7 @@
 //! could not give one, the winning rule and the rules in conflict with it.
 
 use super::compiled_rule::RuleId;
+use super::mapping_input::RuleRef;
 use crate::core::reference::Reference;
 
 /// Why the winning rule produced no usable reference.
@@ -32,6 +33,17 @@ pub struct Resolution {
     pub more_conflicts: usize,
     /// Whether the winning rule follows the result's tag (`followTag`).
     pub follow_tag: bool,
+    /// Rules refused at compile time that match and would have outranked the winner (or
+    /// matched where no rule applies): what admission warns of.
+    pub refused: Vec<RefusedMatch>,
+}
+
+/// A refused rule that matched: the rule, and why it is refused (as the mapping's status
+/// says it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedMatch {
+    pub rule: RuleRef,
+    pub problem: String,
 }
 
 /// The most conflicting rules a resolution names; the others are counted.

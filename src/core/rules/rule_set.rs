@@ -7,9 +7,9 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Selector;
 
-use super::compiled_rule::{CompiledMapping, CompiledRule, RuleId};
+use super::compiled_rule::{CompiledMapping, CompiledRule, RefusedRule, RuleId};
 use super::index::Index;
-use super::mapping_input::{MappingInput, MappingKey, MappingScope, RuleRef};
+use super::mapping_input::{MappingInput, MappingKey, RuleRef};
 use super::pattern::Pattern;
 use super::problem::{ProblemDetail, RuleProblem};
 use super::regex_cost::{RegexBudget, RegexCache};
@@ -50,6 +50,9 @@ pub struct RuleSet {
     pub(super) regexes: RegexCache,
     /// Each mapping as given (valid or not), to tell what the next set changed.
     pub(super) inputs: BTreeMap<MappingKey, MappingInput>,
+    /// The rules refused whose `match` compiles, and their index: what admission warns of.
+    pub(super) refused: Vec<RefusedRule>,
+    pub(super) refused_index: Index,
 }
 
 impl RuleSet {
@@ -84,6 +87,7 @@ impl RuleSet {
             set.add_mapping(input, &mut budget);
         }
         set.index.finish();
+        set.refused_index.finish();
         set.regexes.finish();
         set.find_static_conflicts();
         set.problems.sort();
@@ -93,14 +97,7 @@ impl RuleSet {
 
     fn add_mapping(&mut self, input: &MappingInput, budget: &mut RegexBudget) {
         budget.next_mapping();
-        let key = MappingKey {
-            scope: input.scope,
-            namespace: match input.scope {
-                MappingScope::Namespaced => input.namespace.clone(),
-                MappingScope::Cluster => None,
-            },
-            name: input.name.clone(),
-        };
+        let key = input.key();
         self.inputs.insert(key.clone(), input.clone());
         let selectors = compile_selector(input.selector.as_ref(), "selector").and_then(|s| {
             compile_selector(input.namespace_selector.as_ref(), "namespaceSelector").map(|n| (s, n))
@@ -129,22 +126,32 @@ impl RuleSet {
             self.problem(&key, Some(MAX_RULES), detail);
         }
         for (index, rule) in input.rules.iter().enumerate().take(MAX_RULES) {
-            let compiled =
-                Pattern::compile_with(&rule.match_, &mut self.regexes).and_then(|pattern| {
-                    let action = Action::compile(rule, &pattern)?;
-                    Ok((self.local_name(pattern), action))
-                });
-            let charged = compiled.and_then(|(pattern, action)| {
-                budget.charge(key.namespace.as_deref(), pattern.cost())?;
-                Ok((pattern, action))
-            });
-            let (pattern, action) = match charged {
-                Ok(c) => c,
+            let pattern = match Pattern::compile_with(&rule.match_, &mut self.regexes) {
+                Ok(pattern) => pattern,
                 Err(message) => {
                     self.problem(&key, Some(index), ProblemDetail::InvalidRule(message));
                     continue;
                 }
             };
+            let action = Action::compile(rule, &pattern);
+            let pattern = self.local_name(pattern);
+            let action = match action {
+                Ok(action) => action,
+                Err(message) => {
+                    let detail = ProblemDetail::InvalidRule(message);
+                    self.problem(&key, Some(index), detail.clone());
+                    // A regex's cost is charged only to the rules that apply: a refused one
+                    // is not matched at admission.
+                    if !matches!(pattern, Pattern::Regex(..)) {
+                        self.refuse(mapping, index, pattern, detail, input.priority);
+                    }
+                    continue;
+                }
+            };
+            if let Err(message) = budget.charge(key.namespace.as_deref(), pattern.cost()) {
+                self.problem(&key, Some(index), ProblemDetail::InvalidRule(message));
+                continue;
+            }
             // Results at the local registry: rewritten there, or kept there (no `to`).
             let to_local = match action.static_domain() {
                 Some(d) => self.is_local(&d),
@@ -161,11 +168,9 @@ impl RuleSet {
                 && !to_local
                 && !self.allowed_registries.allows(&registry)
             {
-                self.problem(
-                    &key,
-                    Some(index),
-                    ProblemDetail::DisallowedTarget { registry },
-                );
+                let detail = ProblemDetail::DisallowedTarget { registry };
+                self.problem(&key, Some(index), detail.clone());
+                self.refuse(mapping, index, pattern, detail, input.priority);
                 continue;
             }
             let id = RuleId::try_from(self.rules.len()).unwrap_or(RuleId::MAX);
@@ -177,11 +182,32 @@ impl RuleSet {
             });
             self.index.insert(
                 id,
-                &self.rules[id as usize],
+                &self.rules[id as usize].pattern,
                 key.namespace.as_deref(),
                 input.priority,
             );
         }
+    }
+
+    /// Keeps rule `index` of `mapping`, refused for `problem`, for admission to warn of.
+    fn refuse(
+        &mut self,
+        mapping: usize,
+        index: usize,
+        pattern: Pattern,
+        problem: ProblemDetail,
+        priority: i32,
+    ) {
+        let id = RuleId::try_from(self.refused.len()).unwrap_or(RuleId::MAX);
+        let namespace = self.mappings[mapping].key.namespace.clone();
+        self.refused_index
+            .insert(id, &pattern, namespace.as_deref(), priority);
+        self.refused.push(RefusedRule {
+            mapping,
+            index,
+            pattern,
+            problem,
+        });
     }
 
     pub(super) fn problem(&mut self, key: &MappingKey, rule: Option<usize>, detail: ProblemDetail) {

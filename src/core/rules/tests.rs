@@ -976,3 +976,115 @@ fn the_local_registry_is_one_registry_by_any_of_its_names() {
     );
     assert_eq!(plain.problems().len(), 2, "{:?}", plain.problems());
 }
+
+#[test]
+#[allow(clippy::too_many_lines)] // One rule set, each case read top to bottom.
+fn refused_rules_that_match_are_told_when_they_would_have_decided() {
+    let invalid_rewrite = MappingRule {
+        tag: Some("not a tag".into()),
+        ..rule("exact", "docker.io/library/broken:1", None)
+    };
+    let inputs = vec![
+        ns_mapping(
+            "dev",
+            "evil",
+            0,
+            vec![
+                rule("repository", "acme/evil", Some("evil.io/evil")),
+                rule("repository", "acme/outranked", Some("evil.io/outranked")),
+                rule("regex", "^docker\\.io/acme/rx.*$", Some("evil.io/rx")),
+                invalid_rewrite,
+            ],
+        ),
+        ns_mapping(
+            "dev",
+            "good",
+            10,
+            vec![rule(
+                "repository",
+                "acme/outranked",
+                Some("ok.io/outranked"),
+            )],
+        ),
+        ns_mapping(
+            "dev",
+            "low",
+            -5,
+            vec![rule("repository", "acme/evil", Some("ok.io/evil"))],
+        ),
+        cluster_mapping(
+            "admin",
+            0,
+            vec![rule("repository", "acme/cluster", Some("evil.io/cluster"))],
+        ),
+    ];
+    let options = CompileOptions {
+        allowed_registries: AllowedRegistries::only(vec!["ok.io".into()]),
+        follow_needs_list: true,
+        ..CompileOptions::default()
+    };
+    let set = RuleSet::compile(&inputs, &options);
+    let none = BTreeMap::new();
+    let in_ns = |namespace_rules: bool| Requester {
+        namespace: "dev",
+        labels: &none,
+        namespace_labels: &none,
+        namespace_rules,
+    };
+    let refused = |s: &str, who: &Requester<'_>| -> Vec<String> {
+        set.resolve(&Reference::parse_normalized(s).unwrap(), who, Mode::Live)
+            .refused
+            .iter()
+            .map(|r| format!("{}: {}", r.rule, r.problem))
+            .collect()
+    };
+    let who = in_ns(true);
+    // Refused, and outranking the rule that applies (priority 0 over -5).
+    assert_eq!(
+        refused("acme/evil:1", &who),
+        [
+            "ImageMapping dev/evil rule 0: rewrites to registry evil.io, which is not in the operator's allowed registries"
+        ]
+    );
+    assert_eq!(
+        set.resolve(
+            &Reference::parse_normalized("acme/evil:1").unwrap(),
+            &who,
+            Mode::Live
+        )
+        .resolved
+        .unwrap()
+        .to_string(),
+        "ok.io/evil:1",
+        "mapping itself does not change"
+    );
+    // Outranked by a rule that applies: nothing to tell.
+    assert!(refused("acme/outranked:1", &who).is_empty());
+    // A regex rule's target is known only at admission: its error is the resolution's.
+    assert!(refused("acme/rx-1:2", &who).is_empty());
+    assert!(
+        set.resolve(
+            &Reference::parse_normalized("acme/rx-1:2").unwrap(),
+            &who,
+            Mode::Live
+        )
+        .resolved
+        .is_err()
+    );
+    // Where no rule applies: a cluster rule, an invalid rewrite.
+    assert_eq!(
+        refused("acme/cluster:1", &who),
+        [
+            "ClusterImageMapping admin rule 0: rewrites to registry evil.io, which is not in the operator's allowed registries"
+        ]
+    );
+    assert_eq!(refused("broken:1", &who).len(), 1);
+    // A pod that opts out of its namespace's rules meets only the cluster's.
+    let opted_out = in_ns(false);
+    assert!(refused("acme/evil:1", &opted_out).is_empty());
+    assert_eq!(refused("acme/cluster:1", &opted_out).len(), 1);
+    // Nothing refused: nothing looked up.
+    assert!(refused("nginx", &who).is_empty());
+    let clean = RuleSet::compile(&inputs[1..3], &options);
+    assert!(clean.refused.is_empty());
+}

@@ -128,6 +128,7 @@ fn a_followed_slot_is_pinned_and_a_failing_registry_never_unpins_it() {
         follow_tag: true,
         digest: None,
         digest_error: None,
+        refused: Vec::new(),
     };
     let plain = SlotResolution {
         follow_tag: false,

@@ -31,6 +31,7 @@ fn resolution(disk: &str) -> VmResolution {
         follow_tag: false,
         digest: None,
         digest_error: None,
+        refused: Vec::new(),
     };
     VmResolution {
         slots: vec![

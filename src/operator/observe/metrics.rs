@@ -21,6 +21,11 @@ struct CheckLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WarningLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     verb: String,
     resource: String,
@@ -43,6 +48,7 @@ pub struct Metrics {
     admission_duration: Histogram,
     admission_unpinned: Counter,
     admission_dry_run: Counter,
+    admission_warnings: Family<WarningLabels, Counter>,
     pods_evicted: Counter,
     rolls: Gauge,
     /// The operator client's request counter, read into `requests` at each render.
@@ -67,6 +73,7 @@ impl Metrics {
         // From 10 µs to about 0.3 s.
         let admission_duration = Histogram::new(exponential_buckets(0.000_01, 2.0, 16));
         let (admission_unpinned, admission_dry_run) = (Counter::default(), Counter::default());
+        let admission_warnings = Family::<WarningLabels, Counter>::default();
         let (pods_evicted, rolls) = (Counter::default(), Gauge::default());
         registry.register(
             "pods_evicted",
@@ -97,6 +104,11 @@ impl Metrics {
             "admission_dry_run_containers",
             "Containers admitted unchanged that a dry-run mapping would rewrite",
             admission_dry_run.clone(),
+        );
+        registry.register(
+            "admission_warnings",
+            "Warnings admission answers gave, by reason (not_mapped, refused_rule, ephemeral, pod_not_mapped), told or past the bound",
+            admission_warnings.clone(),
         );
         registry.register(
             "reconciles",
@@ -152,6 +164,7 @@ impl Metrics {
             admission_duration,
             admission_unpinned,
             admission_dry_run,
+            admission_warnings,
             pods_evicted,
             rolls,
             api,
@@ -165,6 +178,15 @@ impl Metrics {
         self.admission_duration.observe(seconds);
         self.admission_unpinned.inc_by(unpinned);
         self.admission_dry_run.inc_by(dry_run);
+    }
+
+    /// The warnings an admission answer gave, by reason.
+    pub(crate) fn warned(&self, warned: &std::collections::BTreeMap<&'static str, usize>) {
+        for (&reason, &count) in warned {
+            self.admission_warnings
+                .get_or_create(&WarningLabels { reason })
+                .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+        }
     }
 
     pub(crate) fn reconciled(&self, seconds: f64) {

@@ -534,3 +534,34 @@ fn a_migrations_target_pod_runs_what_its_source_runs_not_what_the_rules_say() {
         "mirror.io/busybox:1"
     );
 }
+
+#[test]
+fn a_refused_rule_that_would_have_decided_a_container_is_told_and_counted() {
+    let set = RuleSet::compile(
+        &[repository_mapping(
+            "evil",
+            "acme/evil",
+            "evil.io/evil",
+            false,
+        )],
+        &CompileOptions {
+            allowed_registries: crate::core::allowed_registries::AllowedRegistries::only(vec![
+                "mirror.io".into(),
+            ]),
+            ..CompileOptions::default()
+        },
+    );
+    let p = pod(&json!({"containers": [
+        {"name": "app", "image": "acme/evil:1"},
+        {"name": "other", "image": "nginx"},
+    ]}));
+    let d = decide_create(&set, &p);
+    assert_eq!(d.outcome, Outcome::Unchanged);
+    assert_eq!(
+        d.warnings,
+        [
+            "imagemap: container app (acme/evil:1): ImageMapping dev/evil rule 0 matches but is refused: rewrites to registry evil.io, which is not in the operator's allowed registries"
+        ]
+    );
+    assert_eq!(d.warned, BTreeMap::from([(REFUSED_RULE, 1)]));
+}

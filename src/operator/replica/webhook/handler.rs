@@ -3,6 +3,7 @@
 //! request that is not an AdmissionReview is refused (the API server then admits the pod
 //! as it is: the webhook fails open); every other answer admits the pod, mapped or not.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -45,6 +46,8 @@ pub struct Answered {
     pub result: &'static str,
     pub unpinned: usize,
     pub dry_run: usize,
+    /// How many warnings of each reason the answer gave, told or not.
+    pub warned: BTreeMap<&'static str, usize>,
     /// The serialized AdmissionReview.
     pub body: Vec<u8>,
 }
@@ -105,9 +108,9 @@ impl Admitter {
                 (result, Some(decision))
             }
         };
-        let (mut unpinned, mut dry_run) = (0, 0);
+        let (mut unpinned, mut dry_run, mut warned) = (0, 0, BTreeMap::new());
         if let Some(d) = decision {
-            (unpinned, dry_run) = (d.unpinned, d.dry_run);
+            (unpinned, dry_run, warned) = (d.unpinned, d.dry_run, d.warned);
             if !d.warnings.is_empty() {
                 response.warnings = Some(bounded(&d.warnings));
             }
@@ -124,6 +127,7 @@ impl Admitter {
             result,
             unpinned,
             dry_run,
+            warned,
             body,
         })
     }

@@ -193,6 +193,7 @@ async fn handle(
                 u64::try_from(answered.unpinned).unwrap_or(u64::MAX),
                 u64::try_from(answered.dry_run).unwrap_or(u64::MAX),
             );
+            metrics.warned(&answered.warned);
             let mut response = Response::new(Full::new(Bytes::from(answered.body)));
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
