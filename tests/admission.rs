@@ -549,7 +549,12 @@ async fn a_refused_rule_that_matches_is_told_at_admission_unless_a_rule_outranks
         )
         .await
         .unwrap();
-    let op = WebhookOperator::start(&e.ns, "busybox", &["--allowed-registries", "mirror.io"]).await;
+    let op = WebhookOperator::start(
+        &e.ns,
+        "acme/outranked",
+        &["--allowed-registries", "mirror.io"],
+    )
+    .await;
     let run = |name: &str, image: &str| {
         let out = kubectl(&[
             "run",
