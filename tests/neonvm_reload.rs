@@ -305,6 +305,104 @@ async fn a_mapping_change_replaces_a_live_reload_vms_runner_pod_and_tells_the_ot
     );
     assert!(row("live", "runner").contains("runs it"));
     println!("imagemap status:\n{table}");
+    // `imagemap explain` says why each runs what it runs: the live-reload VM runs what its
+    // rules map now; the steady one a stale image until it restarts.
+    let explained = |vm: &str| -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imagemap"))
+            .args(["explain", &format!("virtualmachines.vm.neon.tech/{vm}")])
+            .args(["-n", &bed.ns, "-o", "json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "explain {vm}: {e}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let root_disk = |doc: &Value| -> (String, String) {
+        let slot = doc["slots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["slot"] == "rootDisk")
+            .unwrap_or_else(|| panic!("no rootDisk slot: {doc}"))
+            .clone();
+        (
+            slot["verdict"].as_str().unwrap_or_default().to_string(),
+            slot["runs"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let live_doc = explained("live");
+    assert_eq!(
+        root_disk(&live_doc),
+        (
+            "mapped-current".to_string(),
+            "k3d-registry:5000/disk:tilt-2".to_string()
+        ),
+        "{live_doc}"
+    );
+    let steady_doc = explained("steady");
+    assert_eq!(root_disk(&steady_doc).0, "mapped-stale", "{steady_doc}");
+    // `imagemap resolve --cluster` previews the next build for NeonVM's VMs too: the
+    // live-reload VM reloaded, the others told to restart.
+    let change = std::env::temp_dir().join(format!("{}-next-build.yaml", bed.ns));
+    std::fs::write(
+        &change,
+        format!(
+            "apiVersion: imagemap.dev/v1alpha1\nkind: ImageMapping\nmetadata: {{name: disk, namespace: {}}}\n\
+             spec:\n  rules:\n  - match: {{repository: registry.test/neondatabase/vm-compute-node-v17}}\n    to: k3d-registry:5000/disk:tilt-3\n",
+            bed.ns
+        ),
+    )
+    .unwrap();
+    let preview = std::process::Command::new(env!("CARGO_BIN_EXE_imagemap"))
+        .args(["resolve", "--cluster", "-n", &bed.ns, "-o", "json"])
+        .args(["--neonvm-default-runner-image", RUNNER_IMAGE])
+        .args(["-f", change.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&preview.stdout).unwrap_or_else(|e| {
+        panic!(
+            "resolve --cluster: {e}\n{}",
+            String::from_utf8_lossy(&preview.stderr)
+        )
+    });
+    let mut fates: Vec<(String, String, String)> = shown["neonvmVirtualMachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let disk = v["images"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["slot"] == "rootDisk")
+                .unwrap();
+            (
+                v["name"].as_str().unwrap().to_string(),
+                v["pod"].as_str().unwrap().to_string(),
+                disk["after"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    fates.sort();
+    let fate = |vm: &str, pod: &str| {
+        (
+            vm.to_string(),
+            pod.to_string(),
+            "k3d-registry:5000/disk:tilt-3".to_string(),
+        )
+    };
+    assert_eq!(
+        fates,
+        [
+            fate("live", "reloaded"),
+            fate("never", "restartRequired"),
+            fate("steady", "restartRequired"),
+        ],
+        "{shown}"
+    );
     // Replaced once, checked after everything else waited: one RunnerPodReplaced, the same
     // pod still running, no further restart.
     let replaced = bed

@@ -1,27 +1,25 @@
-//! `imagemap resolve --cluster`: what a change would do to the VMs that run now, read from
-//! the live cluster (read-only) with the -f files laid over it and `--delete` removals.
+//! `imagemap resolve --cluster`: what a change would do to the VMs, workloads and NeonVM VMs
+//! that run now, read from the live cluster (read-only) with the -f files laid over it and
+//! `--delete` removals. Its output is [`super::cluster_preview_output`]'s.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use serde_json::{Value, json};
-
 use std::collections::BTreeMap;
 
 use super::cluster::{self, Target};
+use super::cluster_preview_output::{to_json, to_table};
 use super::cluster_workloads;
 use super::manifest_files;
 use super::preview_scope::{self, NamespaceMismatch, PreviewScope, ScopeRequest};
-use super::report::{problem_json, problem_line, source_json};
+use super::report::problem_line;
 use super::resolve_args::{EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Output, ResolveArgs};
-use super::table;
+use super::status::read_vms;
 use crate::core::manifests::{Manifests, ObjectKey, ObjectKind};
+use crate::core::neonvm_preview::preview_neonvm;
 use crate::core::slot_resolution;
-use crate::core::vm_preview::{PodFate, Preview, SlotChange, VmPreview, compile, preview};
-use crate::core::workload_preview::{WorkloadPreview, preview_workloads};
-
-/// The workloads a change alters, and how many it leaves as they are.
-type Workloads = (Vec<WorkloadPreview>, usize);
+use crate::core::vm_preview::{Preview, compile, preview};
+use crate::core::workload_preview::preview_workloads;
 
 /// Runs the preview; returns the exit status: 2 when the cluster or a file cannot be read,
 /// 1 when the change brings new problems (or, with `--exit-code`, changes anything), else 0.
@@ -43,6 +41,17 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let (templates, more) = cluster_workloads::read(&client, &scope).await;
         live.pod_templates = templates;
         notes.extend(more);
+        // NeonVM's VMs, when it is installed; one that cannot be listed is a note.
+        match read_vms(&client, &scope).await {
+            Ok(vms) => {
+                live.neonvm_vms = vms
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(vm, _)| vm)
+                    .collect();
+            }
+            Err(e) => notes.push(e),
+        }
         Ok::<_, String>((live, notes, change, scope))
     });
     let (live, notes, change, scope) = match read {
@@ -69,7 +78,7 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         &args.compile_options(),
         &args.default_runner_image,
     );
-    let workloads = {
+    let (workloads, neonvms) = {
         let options = args.compile_options();
         let (now, later) = (compile(&live, &options), compile(&after, &options));
         let labels = |ns: &str| {
@@ -78,24 +87,34 @@ pub fn run(args: &ResolveArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
                 after.namespaces.get(ns).unwrap_or(&BTreeMap::new()),
             )
         };
-        preview_workloads(&now, &later, &live.pod_templates, &labels)
+        (
+            preview_workloads(&now, &later, &live.pod_templates, &labels),
+            preview_neonvm(
+                &now,
+                &later,
+                &live.neonvm_vms,
+                args.neonvm_default_runner_image.as_deref(),
+                &labels,
+            ),
+        )
     };
     for line in problem_lines(&result) {
         let _ = writeln!(err, "problem: {line}");
     }
     let written = match args.output {
         Output::Json => {
-            serde_json::to_writer_pretty(&mut *out, &to_json(&result, &workloads, &scope))
+            serde_json::to_writer_pretty(&mut *out, &to_json(&result, &workloads, &neonvms, &scope))
                 .map_err(std::io::Error::other)
                 .and_then(|()| writeln!(out))
         }
-        Output::Table => out.write_all(to_table(&result, &workloads, &scope).as_bytes()),
+        Output::Table => out.write_all(to_table(&result, &workloads, &neonvms, &scope).as_bytes()),
     };
     if let Err(e) = written {
         let _ = writeln!(err, "error: writing output: {e}");
         return EXIT_USAGE;
     }
-    let changes_anything = result.changes_anything() || !workloads.0.is_empty();
+    let changes_anything =
+        result.changes_anything() || !workloads.0.is_empty() || !neonvms.0.is_empty();
     if result.has_new_problems() || (args.cluster.exit_code && changes_anything) {
         EXIT_PROBLEMS
     } else {
@@ -221,173 +240,6 @@ fn problem_lines(p: &Preview) -> Vec<String> {
         .collect()
 }
 
-/// What happens to a VM's pod, as the table says it.
-fn pod_cell(v: &VmPreview) -> &'static str {
-    match v.action {
-        PodFate::Recreate => "recreated (liveReload)",
-        PodFate::RestartRequired => "kept: RestartRequired",
-        PodFate::Create => "created",
-        PodFate::Keep => "kept: images do not resolve",
-        PodFate::Remove => "removed with the VM",
-        PodFate::Unchanged => "unchanged",
-    }
-}
-
-fn image_cell(image: Option<&String>, follow_tag: bool) -> String {
-    match image {
-        Some(i) if follow_tag => format!("{i} (follows tag)"),
-        Some(i) => i.clone(),
-        None => "-".into(),
-    }
-}
-
-/// One row per changed slot: `named` and `action` on the first only.
-fn slot_rows(named: &str, action: &str, shown: &[&SlotChange]) -> Vec<[String; 5]> {
-    shown
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let (named, action) = if i == 0 {
-                (named.to_string(), action.to_string())
-            } else {
-                (String::new(), String::new())
-            };
-            let after = match &s.after {
-                Ok(image) => image_cell(Some(image), s.follow_tag),
-                Err(e) => format!("error: {e}"),
-            };
-            [
-                named,
-                action,
-                s.slot.clone(),
-                image_cell(s.now.as_ref(), false),
-                after,
-            ]
-        })
-        .collect()
-}
-
-/// The workloads' table: each changed container, now and after, and what happens to the
-/// pods.
-fn workloads_table(workloads: &Workloads) -> String {
-    let mut rows = vec![[
-        "WORKLOAD".to_string(),
-        "PODS".into(),
-        "CONTAINER".into(),
-        "NOW".into(),
-        "AFTER".into(),
-    ]];
-    for w in &workloads.0 {
-        let named = format!("{} {}/{}", w.kind.name(), w.namespace, w.name);
-        let shown: Vec<&SlotChange> = w.slots.iter().filter(|s| s.changes()).collect();
-        rows.extend(slot_rows(&named, w.fate.describe(), &shown));
-    }
-    let mut out = if rows.len() > 1 {
-        table::render(&rows)
-    } else {
-        "no workload changes\n".to_string()
-    };
-    let unchanged = match workloads.1 {
-        1 => "1 workload or pod unchanged\n".to_string(),
-        n => format!("{n} workloads and pods unchanged\n"),
-    };
-    out.push_str(&unchanged);
-    out
-}
-
-fn to_table(p: &Preview, workloads: &Workloads, scope: &PreviewScope) -> String {
-    let mut rows = vec![[
-        "VIRTUALMACHINE".to_string(),
-        "POD".into(),
-        "SLOT".into(),
-        "NOW".into(),
-        "AFTER".into(),
-    ]];
-    for v in &p.vms {
-        let vm = format!("{}/{}", v.namespace, v.name);
-        let shown: Vec<&SlotChange> = v.slots.iter().filter(|s| s.changes()).collect();
-        if shown.is_empty() {
-            rows.push([
-                vm,
-                pod_cell(v).into(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]);
-            continue;
-        }
-        rows.extend(slot_rows(&vm, pod_cell(v), &shown));
-    }
-    let mut out = if rows.len() > 1 {
-        table::render(&rows)
-    } else {
-        "no VirtualMachine changes\n".to_string()
-    };
-    let unchanged = match p.unchanged {
-        1 => "1 VirtualMachine unchanged\n".to_string(),
-        n => format!("{n} VirtualMachines unchanged\n"),
-    };
-    out.push_str(&unchanged);
-    out.push_str(&workloads_table(workloads));
-    out.push_str(&scope.to_string());
-    out.push('\n');
-    out
-}
-
-fn to_json(p: &Preview, workloads: &Workloads, scope: &PreviewScope) -> Value {
-    let changed: Vec<Value> = workloads
-        .0
-        .iter()
-        .map(|w| {
-            let images: Vec<Value> = w.slots.iter().map(slot_json).collect();
-            json!({
-                "kind": w.kind.name(),
-                "namespace": w.namespace,
-                "name": w.name,
-                "pods": w.fate.as_str(),
-                "images": images,
-            })
-        })
-        .collect();
-    let vms: Vec<Value> = p
-        .vms
-        .iter()
-        .map(|v| {
-            let images: Vec<Value> = v.slots.iter().map(slot_json).collect();
-            json!({
-                "namespace": v.namespace,
-                "name": v.name,
-                "liveReload": v.live_reload,
-                "pod": v.action.as_str(),
-                "images": images,
-                "problems": v.new_problems,
-            })
-        })
-        .collect();
-    let problems: Vec<Value> = p.new_problems.iter().map(problem_json).collect();
-    json!({
-        "virtualMachines": vms,
-        "workloads": changed,
-        "unchangedWorkloads": workloads.1,
-        "unchanged": p.unchanged,
-        "problems": problems,
-        "namespaces": scope.namespaces(),
-        "allNamespaces": scope == &PreviewScope::All,
-    })
-}
-
-fn slot_json(s: &SlotChange) -> Value {
-    json!({
-        "slot": s.slot,
-        "now": s.now,
-        "after": s.after.as_ref().ok(),
-        "error": s.after.as_ref().err(),
-        "changes": s.changes(),
-        "followTag": s.follow_tag,
-        "source": s.rule.as_ref().map(source_json),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -424,25 +276,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn the_output_names_the_namespaces_looked_at() {
-        let scope = PreviewScope::Namespaces(["e2e-preview".into(), "default".into()].into());
-        let nothing = Preview::default();
-        let none = (Vec::new(), 0);
-        assert_eq!(
-            to_table(&nothing, &none, &scope),
-            "no VirtualMachine changes\n0 VirtualMachines unchanged\n\
-             no workload changes\n0 workloads and pods unchanged\n\
-             namespaces: default, e2e-preview\n"
-        );
-        let json = to_json(&nothing, &none, &scope);
-        assert_eq!(json["namespaces"], json!(["default", "e2e-preview"]));
-        assert_eq!(json["allNamespaces"], false);
-        assert!(to_table(&nothing, &none, &PreviewScope::All).ends_with("\nall namespaces\n"));
-        let json = to_json(&nothing, &none, &PreviewScope::All);
-        assert_eq!(json["namespaces"], Value::Null);
-        assert_eq!(json["allNamespaces"], true);
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod cluster_preview;
+mod cluster_preview_output;
 pub mod cluster_workloads;
 pub mod crds;
 pub mod explain;

@@ -66,7 +66,7 @@ struct VmStatus {
 }
 
 /// The VMs of `scope` with their runner pods; `None` when NeonVM is not installed.
-async fn read_vms(
+pub(super) async fn read_vms(
     client: &Client,
     scope: &PreviewScope,
 ) -> Result<Option<Vec<(NeonVm, Option<Pod>)>>, String> {

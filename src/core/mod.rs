@@ -16,6 +16,7 @@ pub mod manifests;
 pub mod mapping_status;
 pub mod namespaced_name;
 pub mod neonvm;
+pub mod neonvm_preview;
 pub mod neonvm_status;
 pub mod notice;
 pub mod pod;

@@ -74,6 +74,19 @@ pub struct SlotResolution {
 }
 
 impl SlotResolution {
+    /// The image a pod runs under this resolution — the rewritten one (pinned when its
+    /// digest is known), or as asked — or why the rules cannot map it.
+    pub fn image_to_run(&self) -> Result<String, String> {
+        self.outcome
+            .as_ref()
+            .map(|_| {
+                self.image()
+                    .pod_image()
+                    .unwrap_or_else(|| self.requested.clone())
+            })
+            .map_err(ToString::to_string)
+    }
+
     /// The slot as the VM's status records it.
     #[must_use]
     pub fn image(&self) -> ResolvedImage {

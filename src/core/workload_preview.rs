@@ -11,7 +11,6 @@ use crate::core::admission::pod_view::Admission;
 use crate::core::pod::records::LIVE_RELOAD_LABEL;
 use crate::core::pod_template::{PodTemplate, TemplateKind};
 use crate::core::rules::RuleSet;
-use crate::core::slot_resolution::SlotResolution;
 use crate::core::vm_preview::SlotChange;
 
 /// What happens to a workload's pods once the change is applied.
@@ -70,20 +69,6 @@ pub struct WorkloadPreview {
     pub slots: Vec<SlotChange>,
 }
 
-/// The image a resolution gives a container, or why there is none.
-fn image(resolution: &SlotResolution) -> Result<String, String> {
-    resolution
-        .outcome
-        .as_ref()
-        .map(|_| {
-            resolution
-                .image()
-                .pod_image()
-                .unwrap_or_else(|| resolution.requested.clone())
-        })
-        .map_err(ToString::to_string)
-}
-
 /// What changing the rules `now` into `after` does to `templates` (namespace labels from
 /// `namespace_labels`): the ones whose images change, and how many stay as they are.
 #[must_use]
@@ -110,8 +95,8 @@ pub fn preview_workloads(
                 let later = later.resolution;
                 SlotChange {
                     slot: later.slot.clone(),
-                    now: image(&before.resolution).ok(),
-                    after: image(&later),
+                    now: before.resolution.image_to_run().ok(),
+                    after: later.image_to_run(),
                     follow_tag: later.follow_tag,
                     rule: later.rule,
                 }

@@ -198,6 +198,65 @@ fn what_cannot_be_read_is_unknown_never_no_rule() {
 }
 
 #[test]
+fn every_verdict_is_named_in_json_as_the_schema_pins_it() {
+    let one_of_each = [
+        SlotVerdict::MappedCurrent,
+        SlotVerdict::MappedStale {
+            next: String::new(),
+        },
+        SlotVerdict::StaleNewPodsOnly,
+        SlotVerdict::NoRuleMatches {
+            nearest: Vec::new(),
+        },
+        SlotVerdict::RuleRefused {
+            rule: String::new(),
+            problem: String::new(),
+        },
+        SlotVerdict::NamespaceNeverSent { why: String::new() },
+        SlotVerdict::OptedOut {
+            escaped: Vec::new(),
+        },
+        SlotVerdict::NotMappedAtAdmission {
+            because: String::new(),
+        },
+        SlotVerdict::LeftAloneByDesign { why: String::new() },
+        SlotVerdict::NotMappedWhole { why: String::new() },
+        SlotVerdict::DryRun {
+            rule: String::new(),
+            would_run: String::new(),
+        },
+        SlotVerdict::FollowedTagNotPinned { tag: String::new() },
+        SlotVerdict::Unknown {
+            unread: String::new(),
+            grant: String::new(),
+        },
+    ];
+    let names: Vec<&str> = one_of_each.iter().map(SlotVerdict::name).collect();
+    // imagemap.dev/explain/v1: scripts rely on these.
+    assert_eq!(
+        names,
+        [
+            "mapped-current",
+            "mapped-stale",
+            "stale-new-pods-only",
+            "no-rule-matches",
+            "rule-refused",
+            "namespace-never-sent",
+            "opted-out",
+            "not-mapped-at-admission",
+            "left-alone-by-design",
+            "not-mapped-whole",
+            "dry-run",
+            "followed-tag-not-pinned",
+            "unknown",
+        ]
+    );
+    for v in &one_of_each {
+        assert_eq!(serde_json::to_value(v).unwrap()["verdict"], v.name());
+    }
+}
+
+#[test]
 fn the_verdict_names_are_the_json_schemas() {
     let v = serde_json::to_value(SlotVerdict::DryRun {
         rule: "r".into(),
