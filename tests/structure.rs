@@ -700,12 +700,12 @@ fn module_docs() -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-/// Where README's generated list of modules starts and ends.
+/// Where the architecture page's generated list of modules starts and ends.
 const MODULES_BEGIN: &str = "<!-- modules: generated from each module's doc by tests/structure.rs \
                              (UPDATE_ARCHITECTURE=1 cargo test --test structure rewrites it) -->";
 const MODULES_END: &str = "<!-- end of modules -->";
 
-/// The list of modules as README shows it: one row per file, with what its doc says first.
+/// The list of modules as the architecture page shows it: one row per file, with what its doc says first.
 fn modules_table(docs: &[(String, Option<String>)]) -> String {
     let mut out = String::from("| module | what it owns (its doc's first sentence) |\n|---|---|\n");
     for (file, sentence) in docs {
@@ -727,23 +727,23 @@ fn every_module_says_what_it_owns_and_the_architecture_lists_it() {
         undocumented.is_empty(),
         "modules without a doc: {undocumented:?}"
     );
-    let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let readme = std::fs::read_to_string(&readme_path).unwrap();
-    let (before, rest) = readme
+    let page_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/architecture.md");
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    let (before, rest) = page
         .split_once(MODULES_BEGIN)
-        .expect("README.md has no generated list of modules");
+        .expect("docs/src/architecture.md has no generated list of modules");
     let (_, after) = rest.split_once(MODULES_END).unwrap();
     let expected = format!(
         "{before}{MODULES_BEGIN}\n\n{}\n{MODULES_END}{after}",
         modules_table(&docs)
     );
     if std::env::var_os("UPDATE_ARCHITECTURE").is_some() {
-        std::fs::write(&readme_path, &expected).unwrap();
+        std::fs::write(&page_path, &expected).unwrap();
         return;
     }
     assert!(
-        readme == expected,
-        "README.md's list of modules is stale (a module was added, moved, or its doc \
+        page == expected,
+        "docs/src/architecture.md's list of modules is stale (a module was added, moved, or its doc \
          changed): run `UPDATE_ARCHITECTURE=1 cargo test --test structure`"
     );
 }

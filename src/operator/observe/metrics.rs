@@ -32,6 +32,70 @@ struct RequestLabels {
     code: String,
 }
 
+/// Each labelled metric (as scraped), its labels and the values they take: the metrics
+/// reference (`docs/src/reference/metrics.md`) shows them; a test holds them to what renders.
+pub const LABELS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "imagemap_admissions_total",
+        &[("result", "`mutated`, `unchanged`, `skipped`, `error`")],
+    ),
+    (
+        "imagemap_admission_warnings_total",
+        &[(
+            "reason",
+            "`not_mapped`, `refused_rule`, `ephemeral`, `pod_not_mapped`",
+        )],
+    ),
+    (
+        "imagemap_reconcile_errors_total",
+        &[(
+            "category",
+            "`status_write`, `pod_create`, `pod_delete`, `pod_lookup`",
+        )],
+    ),
+    ("imagemap_tag_checks_total", &[("result", "`ok`, `error`")]),
+    (
+        "imagemap_api_requests_total",
+        &[
+            (
+                "verb",
+                "`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, \
+                 `deletecollection` (a resource); the method's name for other paths; `other`",
+            ),
+            (
+                "resource",
+                "the resource with its subresource (`pods`, `pods/eviction`, `leases`); \
+                 `other` for a path that names none",
+            ),
+            (
+                "code",
+                "the HTTP status code; `error` when no answer came, `cancelled` when the \
+                 request was dropped",
+            ),
+        ],
+    ),
+];
+
+/// Every metric the operator registers, each labelled one with a series (a family renders
+/// its `# HELP` and `# TYPE` only once it has one): the metrics reference is built from it.
+#[must_use]
+pub fn exposition() -> String {
+    let metrics = Metrics::new(ApiRequests::new());
+    metrics.admitted("mutated", 0.0, 0, 0);
+    metrics.warned(&[("refused_rule", 1)].into());
+    metrics.failed("pod_create");
+    metrics.tag_checked(true);
+    metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            verb: "get".into(),
+            resource: "pods".into(),
+            code: "200".into(),
+        })
+        .inc();
+    metrics.render()
+}
+
 /// The operator's metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -272,6 +336,39 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn the_documented_labels_are_those_rendered() {
+        let mut rendered: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for line in exposition().lines().filter(|l| !l.starts_with('#')) {
+            if let Some((name, rest)) = line.split_once('{') {
+                if name.ends_with("_bucket") {
+                    continue;
+                }
+                let labels = rest
+                    .split(',')
+                    .filter_map(|pair| pair.split_once('=').map(|(k, _)| k.to_string()))
+                    .collect();
+                rendered.insert(name.to_string(), labels);
+            }
+        }
+        let documented: BTreeMap<String, Vec<String>> = LABELS
+            .iter()
+            .map(|(name, labels)| {
+                (
+                    (*name).to_string(),
+                    labels.iter().map(|(l, _)| (*l).to_string()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(rendered, documented);
     }
 }
 
