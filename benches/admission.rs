@@ -315,6 +315,25 @@ fn cases(quick: bool) -> Vec<Case> {
         many.iter().map(|h| h.1.clone()).collect(),
         4_000,
     );
+    // 64 KiB: 2 init + 10 containers, all mapped, with as many env vars each as make it so.
+    let twelve: Vec<(String, String)> = (0..12)
+        .map(|k| rule_mix::hit(k * 83 + 5, &format!("s{k}/app:2")))
+        .collect();
+    let images: Vec<String> = twelve.iter().map(|h| h.0.clone()).collect();
+    let env = (1..1000)
+        .find(|&env| {
+            serde_json::to_vec(&pod(&images, 2, env, &Value::Null))
+                .unwrap()
+                .len()
+                >= 64 * 1024
+        })
+        .unwrap();
+    add(
+        "64 KiB pod: 2 init + 10 containers, all mapped",
+        pod(&images, 2, env, &Value::Null),
+        twelve.iter().map(|h| h.1.clone()).collect(),
+        4_000,
+    );
     let big_env: Vec<Value> = (0..1400)
         .map(|i| json!({"name": format!("VAR_{i}"), "value": "x".repeat(1000)}))
         .collect();

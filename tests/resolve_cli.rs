@@ -37,7 +37,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 #[test]
-fn examples_resolve_cleanly_as_the_readme_shows() {
+fn examples_resolve_cleanly_as_the_dev_loop_chapter_shows() {
     let (code, out, err) = imagemap(&["resolve", "-f", "examples/"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(

@@ -85,17 +85,9 @@ impl Admitter {
 
     /// The answer to `body`, an AdmissionReview of a pod.
     pub fn answer(&self, body: &[u8]) -> Result<Answered, NotAReview> {
-        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).map_err(|e| {
-            NotAReview(format!(
-                "not an AdmissionReview: {}",
-                excerpt(&e.to_string())
-            ))
-        })?;
-        let mut request: AdmissionRequest<DynamicObject> = review
-            .try_into()
-            .map_err(|_| NotAReview("an AdmissionReview without a request".into()))?;
+        let (request, pods) = parse(body)?;
         let mut response = AdmissionResponse::from(&request);
-        let (result, decision) = match self.decide(&mut request) {
+        let (result, decision) = match self.decide(&request, pods) {
             Err(skip) => {
                 tracing::trace!(reason = skip.as_str(), "admission skipped");
                 ("skipped", None)
@@ -132,8 +124,12 @@ impl Admitter {
         })
     }
 
-    /// What admission does to the request's pod (taken out of it), or why it is left alone.
-    fn decide(&self, request: &mut AdmissionRequest<DynamicObject>) -> Result<Decision, Skip> {
+    /// What admission does to the request's pod, or why it is left alone.
+    fn decide(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        pods: ReviewPods,
+    ) -> Result<Decision, Skip> {
         let operation = match request.operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
@@ -150,7 +146,7 @@ impl Admitter {
         if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {
             return Err(Skip::ExcludedNamespace);
         }
-        let pod = request.object.take().map_or(Value::Null, pod_value);
+        let pod = pods.object.map_or(Value::Null, pod_value);
         let who = Requesters {
             user: request.user_info.username.as_deref().unwrap_or_default(),
             operator: self.own_user.as_deref(),
@@ -158,7 +154,7 @@ impl Admitter {
         if let Some(skip) = scope::skip(&self.excluded, &namespace, kind, &pod, who) {
             return Err(skip);
         }
-        let old = request.old_object.take().map(pod_value);
+        let old = pods.old_object.map(pod_value);
         let change = match (kind, &old) {
             (RequestKind::CreatePod, _) => PodChange::Create,
             (RequestKind::AddEphemeralContainers, Some(old)) => {
@@ -179,13 +175,53 @@ impl Admitter {
     }
 }
 
-/// The pod's metadata and spec as JSON, as the pure core reads them (the spec moved, not
-/// copied: a pod may be over a MiB).
-fn pod_value(mut object: DynamicObject) -> Value {
-    json!({
-        "metadata": serde_json::to_value(&object.metadata).unwrap_or(Value::Null),
-        "spec": object.data.get_mut("spec").map_or(Value::Null, Value::take),
-    })
+/// The pods of a review, as JSON: the object and, for an update, the old object.
+struct ReviewPods {
+    object: Option<Value>,
+    old_object: Option<Value>,
+}
+
+/// The review's request and its pods. The body is decoded once, into JSON: the pods are
+/// taken out before the rest (the request's own fields, a few hundred bytes) is read as an
+/// `AdmissionRequest`, so a pod's metadata is never decoded into an `ObjectMeta` and
+/// encoded back.
+fn parse(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, ReviewPods), NotAReview> {
+    let not_a_review = |e: serde_json::Error| {
+        NotAReview(format!(
+            "not an AdmissionReview: {}",
+            excerpt(&e.to_string())
+        ))
+    };
+    let mut review: Value = serde_json::from_slice(body).map_err(not_a_review)?;
+    let mut take = |field: &str| {
+        review
+            .get_mut("request")
+            .and_then(Value::as_object_mut)
+            .and_then(|request| request.remove(field))
+            .filter(|pod| !pod.is_null())
+    };
+    let pods = ReviewPods {
+        object: take("object"),
+        old_object: take("oldObject"),
+    };
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(review).map_err(not_a_review)?;
+    let request = review
+        .try_into()
+        .map_err(|_| NotAReview("an AdmissionReview without a request".into()))?;
+    Ok((request, pods))
+}
+
+/// The pod's metadata and spec as JSON, as the pure core reads them (moved, not copied: a
+/// pod may be over a MiB).
+fn pod_value(mut object: Value) -> Value {
+    let mut field = |name: &str| {
+        object
+            .as_object_mut()
+            .and_then(|o| o.remove(name))
+            .unwrap_or(Value::Null)
+    };
+    json!({"metadata": field("metadata"), "spec": field("spec")})
 }
 
 /// The warnings (at most [`MAX_WARNINGS`] and a count of the rest), each short and
