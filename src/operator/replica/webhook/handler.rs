@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::runtime::watcher;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 #[cfg(doc)]
 use crate::core::admission::pod_mutation::MAX_WARNINGS;
@@ -20,6 +20,7 @@ use crate::core::excerpt::excerpt;
 use crate::core::rules::{CompileOptions, MappingInput};
 use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
+use crate::operator::replica::webhook::review::{self, ReviewPods};
 
 /// What admission answers from.
 #[derive(Clone)]
@@ -85,7 +86,9 @@ impl Admitter {
 
     /// The answer to `body`, an AdmissionReview of a pod.
     pub fn answer(&self, body: &[u8]) -> Result<Answered, NotAReview> {
-        let (request, pods) = parse(body)?;
+        let (request, pods) = review::parse(body)
+            .map_err(|e| NotAReview(excerpt(&e.to_string())))?
+            .ok_or_else(|| NotAReview("an AdmissionReview without a request".into()))?;
         let mut response = AdmissionResponse::from(&request);
         let (result, decision) = match self.decide(&request, pods) {
             Err(skip) => {
@@ -146,7 +149,7 @@ impl Admitter {
         if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {
             return Err(Skip::ExcludedNamespace);
         }
-        let pod = pods.object.map_or(Value::Null, pod_value);
+        let pod = pods.object.unwrap_or(Value::Null);
         let who = Requesters {
             user: request.user_info.username.as_deref().unwrap_or_default(),
             operator: self.own_user.as_deref(),
@@ -154,7 +157,7 @@ impl Admitter {
         if let Some(skip) = scope::skip(&self.excluded, &namespace, kind, &pod, who) {
             return Err(skip);
         }
-        let old = pods.old_object.map(pod_value);
+        let old = pods.old_object;
         let change = match (kind, &old) {
             (RequestKind::CreatePod, _) => PodChange::Create,
             (RequestKind::AddEphemeralContainers, Some(old)) => {
@@ -173,55 +176,6 @@ impl Admitter {
             )
         }))
     }
-}
-
-/// The pods of a review, as JSON: the object and, for an update, the old object.
-struct ReviewPods {
-    object: Option<Value>,
-    old_object: Option<Value>,
-}
-
-/// The review's request and its pods. The body is decoded once, into JSON: the pods are
-/// taken out before the rest (the request's own fields, a few hundred bytes) is read as an
-/// `AdmissionRequest`, so a pod's metadata is never decoded into an `ObjectMeta` and
-/// encoded back.
-fn parse(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, ReviewPods), NotAReview> {
-    let not_a_review = |e: serde_json::Error| {
-        NotAReview(format!(
-            "not an AdmissionReview: {}",
-            excerpt(&e.to_string())
-        ))
-    };
-    let mut review: Value = serde_json::from_slice(body).map_err(not_a_review)?;
-    let mut take = |field: &str| {
-        review
-            .get_mut("request")
-            .and_then(Value::as_object_mut)
-            .and_then(|request| request.remove(field))
-            .filter(|pod| !pod.is_null())
-    };
-    let pods = ReviewPods {
-        object: take("object"),
-        old_object: take("oldObject"),
-    };
-    let review: AdmissionReview<DynamicObject> =
-        serde_json::from_value(review).map_err(not_a_review)?;
-    let request = review
-        .try_into()
-        .map_err(|_| NotAReview("an AdmissionReview without a request".into()))?;
-    Ok((request, pods))
-}
-
-/// The pod's metadata and spec as JSON, as the pure core reads them (moved, not copied: a
-/// pod may be over a MiB).
-fn pod_value(mut object: Value) -> Value {
-    let mut field = |name: &str| {
-        object
-            .as_object_mut()
-            .and_then(|o| o.remove(name))
-            .unwrap_or(Value::Null)
-    };
-    json!({"metadata": field("metadata"), "spec": field("spec")})
 }
 
 /// The warnings (at most [`MAX_WARNINGS`] and a count of the rest), each short and

@@ -1,5 +1,5 @@
 //! The admission webhook, served by every replica from what the replica side keeps: the
-//! handler ([`handler`]: one AdmissionReview answered from memory), its TLS ([`tls`]; the
+//! handler ([`handler`]: one AdmissionReview answered from memory, read by [`review`]), its TLS ([`tls`]; the
 //! leader's Secret followed by [`secret_certificate`]), the server ([`server`], with the
 //! bytes in flight bounded by [`bytes_in_flight`]) and the webhook configuration
 //! ([`configuration`]).
@@ -7,6 +7,7 @@
 pub mod bytes_in_flight;
 pub mod configuration;
 pub mod handler;
+pub mod review;
 pub mod secret_certificate;
 pub mod server;
 pub mod tls;

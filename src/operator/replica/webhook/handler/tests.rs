@@ -5,6 +5,7 @@ use kube::runtime::reflector::store::Writer;
 use super::*;
 use crate::core::fixtures::repository_mapping;
 use crate::core::rules::CompileOptions;
+use serde_json::json;
 
 fn admitter() -> Admitter {
     let rules = Arc::new(RulesInForce::default());
