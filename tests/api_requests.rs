@@ -22,6 +22,10 @@ async fn counts_a_real_clients_requests() {
     };
 
     namespaces.list(&ListParams::default()).await.unwrap();
+    namespaces
+        .list(&ListParams::default().limit(500))
+        .await
+        .unwrap();
     namespaces.get("default").await.unwrap();
     assert!(
         config_maps
@@ -60,7 +64,7 @@ async fn counts_a_real_clients_requests() {
 
     let snapshot = requests.snapshot();
     let expected: BTreeMap<RequestKey, u64> = [
-        (key("list", "namespaces", "200"), 1),
+        (key("list", "namespaces", "200"), 2),
         (key("get", "namespaces", "200"), 1),
         (key("get", "configmaps", "404"), 1),
         (key("create", "configmaps", "201"), 1),
@@ -72,5 +76,10 @@ async fn counts_a_real_clients_requests() {
     .collect();
     assert_eq!(snapshot, expected);
     assert_eq!(requests.writes(), 3);
-    assert_eq!(requests.count(|k| k.verb == "list"), 1);
+    assert_eq!(requests.count(|k| k.verb == "list"), 2);
+    // The LIST without a limit is recorded apart; the one with `limit=500` is not.
+    assert_eq!(
+        requests.unbounded_lists(),
+        BTreeMap::from([("namespaces".to_string(), 1)])
+    );
 }

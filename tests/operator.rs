@@ -802,6 +802,11 @@ async fn a_mapping_change_fans_out_to_200_vms_with_at_most_three_writes_each() {
         "{metrics}"
     );
     assert_eq!(lists, 0, "no LIST during the fan-out");
+    assert_eq!(
+        op.requests.unbounded_lists(),
+        std::collections::BTreeMap::new(),
+        "every LIST the operator sent since it started carried a limit of at most 500"
+    );
 }
 
 #[tokio::test]

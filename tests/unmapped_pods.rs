@@ -69,7 +69,7 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
     create_pod(&e.pods, "redis", "redis:7").await;
     // Rule changes bring a namespace's scan at most every 20 s here (a minute by default).
     let started = Instant::now();
-    let _op = WebhookOperator::start(&e.ns, "nginx", &["--pod-scan-namespace-seconds", "20"]).await;
+    let op = WebhookOperator::start(&e.ns, "nginx", &["--pod-scan-namespace-seconds", "20"]).await;
     // The scan at start finds the three.
     status(&e, "mirror", |s| s.unmapped_pods == Some(3)).await;
     println!(
@@ -115,4 +115,13 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
         .await
         .unwrap();
     status(&e, "mirror", |s| s.unmapped_pods.is_none()).await;
+    // Three scans, the watches' lists: every LIST carried a limit of at most 500.
+    assert!(
+        op.process
+            .metric("imagemap_api_unbounded_lists_total")
+            .abs()
+            < f64::EPSILON,
+        "a LIST without a bounded limit: {}",
+        op.process.metric("imagemap_api_unbounded_lists_total")
+    );
 }

@@ -27,6 +27,24 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> (&'static s
     (verb, target.resource)
 }
 
+/// The most objects a LIST may ask for in one page: a LIST without a `limit`, or with a
+/// larger one, is recorded as unbounded.
+pub const MAX_LIST_LIMIT: u64 = 500;
+
+/// Whether a request of `verb` with `query` is a LIST whose answer is not bounded to
+/// [`MAX_LIST_LIMIT`] objects (no `limit`, `limit=0`, or a larger one).
+pub fn unbounded_list(verb: &str, query: Option<&str>) -> bool {
+    if verb != "list" {
+        return false;
+    }
+    let limit = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("limit="))
+        .and_then(|n| n.parse::<u64>().ok());
+    !limit.is_some_and(|n| (1..=MAX_LIST_LIMIT).contains(&n))
+}
+
 /// The resource part of a resource API path.
 struct Target {
     /// `resource` or `resource/subresource`.

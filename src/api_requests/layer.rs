@@ -11,7 +11,7 @@ use tower::{Layer, Service};
 use kube::client::ClientBuilder;
 use kube::{Client, Config};
 
-use super::classify::classify;
+use super::classify::{classify, unbounded_list};
 use super::request_counts::ApiRequests;
 
 /// The tower layer counting requests into an [`ApiRequests`].
@@ -52,6 +52,9 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (verb, resource) = classify(req.method(), req.uri().path(), req.uri().query());
+        if unbounded_list(verb, req.uri().query()) {
+            self.requests.record_unbounded_list(&resource);
+        }
         ResponseFuture {
             inner: Box::pin(self.inner.call(req)),
             pending: Some(Pending {

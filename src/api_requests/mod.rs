@@ -10,6 +10,8 @@
 //! A request is recorded once, when its response headers arrive (code `"200"`, `"404"`, ...), when
 //! the inner service fails (code `"error"`), or when the caller drops the request before either
 //! (code `"cancelled"`). A watch is therefore counted when its stream opens, not when it ends.
+//! A LIST without a `limit` of at most [`MAX_LIST_LIMIT`] is also recorded apart, by
+//! resource ([`ApiRequests::unbounded_lists`]), when it is sent.
 //! The layer sits outside kube's own retry layer: a request that kube retried (429/503/504) is
 //! counted once, with the status of the last attempt.
 
@@ -17,7 +19,7 @@ mod classify;
 mod layer;
 mod request_counts;
 
-pub use classify::classify;
+pub use classify::{MAX_LIST_LIMIT, classify, unbounded_list};
 pub use layer::{ApiRequestsLayer, ApiRequestsService, ResponseFuture, client_with_counter};
 pub use request_counts::{ApiRequests, OTHER_RESOURCE, RequestKey, WRITE_VERBS};
 

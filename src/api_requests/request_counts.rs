@@ -43,6 +43,8 @@ impl fmt::Display for RequestKey {
 #[derive(Debug, Clone, Default)]
 pub struct ApiRequests {
     counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
+    /// LISTs sent without a bounded `limit`, by resource.
+    unbounded: Arc<Mutex<BTreeMap<String, u64>>>,
     /// The crash hook: abort the process once this many writes have had their response
     /// (0: never).
     abort_after_writes: Arc<AtomicU64>,
@@ -81,6 +83,23 @@ impl ApiRequests {
     /// Forgets all counts so far.
     pub fn reset(&self) {
         self.lock().clear();
+        self.unbounded().clear();
+    }
+
+    /// The LISTs sent so far without a `limit` of at most
+    /// [`MAX_LIST_LIMIT`](super::MAX_LIST_LIMIT), by resource.
+    pub fn unbounded_lists(&self) -> BTreeMap<String, u64> {
+        self.unbounded().clone()
+    }
+
+    pub(super) fn record_unbounded_list(&self, resource: &str) {
+        *self.unbounded().entry(resource.to_owned()).or_insert(0) += 1;
+    }
+
+    fn unbounded(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.unbounded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A fault-injection hook for crash tests: the process aborts — no cleanup, as if

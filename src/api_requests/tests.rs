@@ -435,3 +435,20 @@ fn layer_over_infallible_services_compiles() {
     });
     assert_service(&ApiRequests::new().layer().layer(service));
 }
+
+#[test]
+fn a_list_is_unbounded_without_a_limit_of_at_most_500() {
+    for (verb, query, unbounded) in [
+        ("list", None, true),
+        ("list", Some("labelSelector=a%3Db"), true),
+        ("list", Some("limit=0"), true),
+        ("list", Some("limit=501"), true),
+        ("list", Some("limit=abc"), true),
+        ("list", Some("labelSelector=a&limit=500"), false),
+        ("list", Some("limit=1&continue=x"), false),
+        ("watch", None, false),
+        ("get", None, false),
+    ] {
+        assert_eq!(unbounded_list(verb, query), unbounded, "{verb} {query:?}");
+    }
+}

@@ -26,6 +26,11 @@ struct WarningLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     verb: String,
     resource: String,
@@ -54,6 +59,13 @@ pub const LABELS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     ("imagemap_tag_checks_total", &[("result", "`ok`, `error`")]),
+    (
+        "imagemap_api_unbounded_lists_total",
+        &[(
+            "resource",
+            "the resource listed, with its subresource (`pods`); `other` for a path that names none",
+        )],
+    ),
     (
         "imagemap_api_requests_total",
         &[
@@ -86,6 +98,12 @@ pub fn exposition() -> String {
     metrics.failed("pod_create");
     metrics.tag_checked(true);
     metrics
+        .unbounded_lists
+        .get_or_create(&ResourceLabels {
+            resource: "pods".into(),
+        })
+        .inc();
+    metrics
         .requests
         .get_or_create(&RequestLabels {
             verb: "get".into(),
@@ -108,6 +126,7 @@ pub struct Metrics {
     invalid_objects: Counter,
     tag_checks: Family<CheckLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
+    unbounded_lists: Family<ResourceLabels, Counter>,
     admissions: Family<CheckLabels, Counter>,
     admission_duration: Histogram,
     admission_unpinned: Counter,
@@ -132,6 +151,7 @@ impl Metrics {
         let conflicts = Gauge::default();
         let invalid_objects = Counter::default();
         let requests = Family::<RequestLabels, Counter>::default();
+        let unbounded_lists = Family::<ResourceLabels, Counter>::default();
         let tag_checks = Family::<CheckLabels, Counter>::default();
         let admissions = Family::<CheckLabels, Counter>::default();
         // From 10 µs to about 0.3 s.
@@ -214,6 +234,11 @@ impl Metrics {
             "Kubernetes API requests by verb, resource and status code",
             requests.clone(),
         );
+        registry.register(
+            "api_unbounded_lists",
+            "Kubernetes API LISTs sent without a limit of at most 500 objects, by resource (none is expected)",
+            unbounded_lists.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -224,6 +249,7 @@ impl Metrics {
             invalid_objects,
             tag_checks,
             requests,
+            unbounded_lists,
             admissions,
             admission_duration,
             admission_unpinned,
@@ -305,6 +331,12 @@ impl Metrics {
                 resource: key.resource,
                 code: key.code,
             });
+            counter.inc_by(n.saturating_sub(counter.get()));
+        }
+        for (resource, n) in self.api.unbounded_lists() {
+            let counter = self
+                .unbounded_lists
+                .get_or_create(&ResourceLabels { resource });
             counter.inc_by(n.saturating_sub(counter.get()));
         }
         let mut out = String::new();
