@@ -50,26 +50,11 @@ pub fn preview_neonvm(
     let mut unchanged = 0;
     for vm in vms {
         let slots = vm.slots(default_runner);
-        let asked = || {
-            slots
-                .iter()
-                .map(|s| (s.slot.as_str(), s.requested.as_str()))
-        };
-        let slot_changes: Vec<SlotChange> = before
-            .slots(&vm.namespace, &vm.labels, asked())
-            .into_iter()
-            .zip(later.slots(&vm.namespace, &vm.labels, asked()))
-            .map(|(before, later)| {
-                let later = later.resolution;
-                SlotChange {
-                    slot: later.slot.clone(),
-                    now: before.resolution.image_to_run().ok(),
-                    after: later.image_to_run(),
-                    follow_tag: later.follow_tag,
-                    rule: later.rule,
-                }
-            })
+        let asked: Vec<(&str, &str)> = slots
+            .iter()
+            .map(|s| (s.slot.as_str(), s.requested.as_str()))
             .collect();
+        let slot_changes = SlotChange::between(&before, &later, &vm.namespace, &vm.labels, &asked);
         if slot_changes.iter().any(SlotChange::changes) {
             changed.push(NeonVmPreview {
                 namespace: vm.namespace.clone(),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use crate::core::admission::pod_view::Admission;
 use crate::core::api::{ResolvedImage, VirtualMachine, VirtualMachineStatus};
 use crate::core::manifests::Manifests;
 use crate::core::rules::{CompileOptions, MappingInput, Mode, RuleProblem, RuleRef, RuleSet};
@@ -65,6 +66,34 @@ pub struct SlotChange {
 }
 
 impl SlotChange {
+    /// Each of `slots` (slot, requested) of a pod — or a pod template, or a NeonVM VM's
+    /// runner pod — of `namespace` labelled `labels`, as admission maps it under `before`
+    /// and under `after`.
+    #[must_use]
+    pub fn between(
+        before: &Admission<'_>,
+        after: &Admission<'_>,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        slots: &[(&str, &str)],
+    ) -> Vec<SlotChange> {
+        before
+            .slots(namespace, labels, slots.iter().copied())
+            .into_iter()
+            .zip(after.slots(namespace, labels, slots.iter().copied()))
+            .map(|(before, after)| {
+                let after = after.resolution;
+                SlotChange {
+                    slot: after.slot.clone(),
+                    now: before.resolution.image_to_run().ok(),
+                    after: after.image_to_run(),
+                    follow_tag: after.follow_tag,
+                    rule: after.rule,
+                }
+            })
+            .collect()
+    }
+
     /// Whether the slot's image changes.
     #[must_use]
     pub fn changes(&self) -> bool {

@@ -86,22 +86,12 @@ pub fn preview_workloads(
     );
     for t in templates {
         // As admission maps the pods they make, under each rule set.
-        let asked = || t.images.iter().map(|(s, i)| (s.as_str(), i.as_str()));
-        let slots: Vec<SlotChange> = before
-            .slots(&t.namespace, &t.labels, asked())
-            .into_iter()
-            .zip(later.slots(&t.namespace, &t.labels, asked()))
-            .map(|(before, later)| {
-                let later = later.resolution;
-                SlotChange {
-                    slot: later.slot.clone(),
-                    now: before.resolution.image_to_run().ok(),
-                    after: later.image_to_run(),
-                    follow_tag: later.follow_tag,
-                    rule: later.rule,
-                }
-            })
+        let asked: Vec<(&str, &str)> = t
+            .images
+            .iter()
+            .map(|(s, i)| (s.as_str(), i.as_str()))
             .collect();
+        let slots = SlotChange::between(&before, &later, &t.namespace, &t.labels, &asked);
         if slots.iter().any(SlotChange::changes) {
             changed.push(WorkloadPreview {
                 kind: t.kind,
