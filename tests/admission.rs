@@ -18,7 +18,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use support::vms::env;
+use support::vms::{Env, env};
 use support::webhooks::{InjectingWebhook, WebhookOperator, pod};
 use support::*;
 
@@ -213,25 +213,13 @@ async fn a_pod_opts_out_of_its_namespaces_rules_never_out_of_the_clusters() {
         json!([{"match": {"repository": "busybox"}, "to": "tenant.io/busybox"}]),
     )
     .await;
-    let cluster_mappings: Api<imagemap::core::api::ClusterImageMapping> =
-        Api::all(e.client.clone());
-    let admin = format!("admin-{}", e.ns);
-    cluster_mappings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "imagemap.dev/v1alpha1",
-                "kind": "ClusterImageMapping",
-                "metadata": {"name": admin},
-                "spec": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": e.ns}},
-                    "rules": [{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"}],
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let admin = cluster_mapping_for(
+        &e,
+        "admin",
+        json!({"repository": "nginx"}),
+        "mirror.io/nginx",
+    )
+    .await;
     let _op = WebhookOperator::start(&e.ns, "busybox", &[]).await;
     let opted_out: Pod = serde_json::from_value(json!({
         "metadata": {"name": "opted-out", "labels": {"imagemap.dev/skip": "true"}},
@@ -253,7 +241,7 @@ async fn a_pod_opts_out_of_its_namespaces_rules_never_out_of_the_clusters() {
             ("b".into(), "mirror.io/nginx".into()),
         ]
     );
-    cluster_mappings
+    Api::<imagemap::core::api::ClusterImageMapping>::all(e.client.clone())
         .delete(&admin, &kube::api::DeleteParams::default())
         .await
         .unwrap();
@@ -530,25 +518,13 @@ async fn a_refused_rule_that_matches_is_told_at_admission_unless_a_rule_outranks
         )
         .await
         .unwrap();
-    let cluster_mappings: Api<imagemap::core::api::ClusterImageMapping> =
-        Api::all(e.client.clone());
-    let admin = format!("refused-{}", e.ns);
-    cluster_mappings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "imagemap.dev/v1alpha1",
-                "kind": "ClusterImageMapping",
-                "metadata": {"name": admin},
-                "spec": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": e.ns}},
-                    "rules": [{"match": {"repository": "acme/cluster-evil"}, "to": "evil.io/x"}],
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let admin = cluster_mapping_for(
+        &e,
+        "refused",
+        json!({"repository": "acme/cluster-evil"}),
+        "evil.io/x",
+    )
+    .await;
     let op = WebhookOperator::start(
         &e.ns,
         "acme/outranked",
@@ -599,8 +575,34 @@ async fn a_refused_rule_that_matches_is_told_at_admission_unless_a_rule_outranks
             .metric("imagemap_admission_warnings_total{reason=\"refused_rule\"}")
             >= 2.0
     );
-    cluster_mappings
+    Api::<imagemap::core::api::ClusterImageMapping>::all(e.client.clone())
         .delete(&admin, &kube::api::DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// Creates a ClusterImageMapping `PREFIX-NS` selecting the test's namespace alone, with one
+/// rule from `matches` to `to`; its name.
+async fn cluster_mapping_for(
+    e: &Env,
+    prefix: &str,
+    matches: serde_json::Value,
+    to: &str,
+) -> String {
+    let name = format!("{prefix}-{}", e.ns);
+    let mapping = serde_json::from_value(json!({
+        "apiVersion": "imagemap.dev/v1alpha1",
+        "kind": "ClusterImageMapping",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": e.ns}},
+            "rules": [{"match": matches, "to": to}],
+        },
+    }))
+    .unwrap();
+    Api::<imagemap::core::api::ClusterImageMapping>::all(e.client.clone())
+        .create(&PostParams::default(), &mapping)
+        .await
+        .unwrap();
+    name
 }
