@@ -428,6 +428,80 @@ async fn followers_pin_to_the_digests_the_leader_verified_and_ask_no_registry() 
 
 #[tokio::test]
 #[ignore = "needs a control plane: run scripts/test"]
+async fn a_tag_only_a_replicas_pod_follows_is_asked_of_the_leader_and_later_pods_are_pinned() {
+    let e = env("replicas-asks").await;
+    let registry = support::registry::TestRegistry::start(&e.ns).await;
+    let host = registry.host();
+    let digest = registry.push("app", "dev", "build 1");
+    let tag = format!("{host}/app:dev");
+    e.add_mapping(
+        "follow",
+        json!([{"match": {"repository": "example.org/app"}, "to": tag, "followTag": true}]),
+    )
+    .await;
+    // No VirtualMachine follows the tag, and no pod is counted: only an admission asks.
+    let certs = certs(&e.ns);
+    let lease = format!("lease-{}", e.ns);
+    let extra = [
+        "--allowed-registries",
+        &host,
+        "--insecure-registries",
+        &host,
+    ]
+    .map(String::from);
+    let (pa, pb) = (free_port(), free_port());
+    let mut args_a = replica(&e.ns, &lease, pa, &certs);
+    args_a.extend(extra.iter().cloned());
+    let mut args_b = replica(&e.ns, &lease, pb, &certs);
+    args_b.extend(extra.iter().cloned());
+    let replicas = [start(&args_a).await, start(&args_b).await];
+    let p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": e.ns},
+        "spec": {"containers": [{"name": "app", "image": "example.org/app"}]},
+    });
+    // Replica b admits the pod unpinned (it holds no digest), and asks the leader — b or
+    // a — through its key of the ConfigMap beside the Lease.
+    let first = admit(pb, &certs.ca_pem, review(&e.ns, &p), &p).await;
+    assert_eq!(first["spec"]["containers"][0]["image"], tag.as_str());
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(e.client.clone(), &e.ns);
+    let pinned = format!("{tag}@{digest}");
+    for port in [pa, pb] {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let later = admit(port, &certs.ca_pem, review(&e.ns, &p), &p).await;
+            if later["spec"]["containers"][0]["image"] == pinned.as_str() {
+                break;
+            }
+            let asks = configmaps.get_opt("imagemap-asked-tags").await.unwrap();
+            assert!(
+                Instant::now() < deadline,
+                "later pods never pinned to {pinned}: {later}\nasks: {asks:?}\na:\n{}\nb:\n{}",
+                replicas[0].logs(),
+                replicas[1].logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let asks = configmaps.get("imagemap-asked-tags").await.unwrap();
+    assert!(
+        asks.data
+            .unwrap_or_default()
+            .values()
+            .any(|v| v.contains(&tag)),
+        "the ask is written under a replica's key"
+    );
+    // One replica asked the registry: the leader.
+    let checks: Vec<f64> = replicas
+        .iter()
+        .map(|r| r.metric("imagemap_tag_checks_total"))
+        .collect();
+    assert_eq!(checks.iter().filter(|c| **c > 0.0).count(), 1, "{checks:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane: run scripts/test"]
 async fn stalled_senders_hold_up_no_admission() {
     let e = env("replicas-stalled").await;
     e.add_mapping(

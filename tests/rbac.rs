@@ -270,6 +270,12 @@ impl Private {
             // Under leader election the leader publishes the digests it verified beside its
             // Lease, as `--leader-elect` sets it.
             published_digests: Some(NamespacedName::new(system, PUBLISHED_DIGESTS)),
+            // And each replica asks it for followed tags its admissions found no digest
+            // for in the ConfigMap beside it, as `--leader-elect` sets it.
+            asks: Some(imagemap::operator::AsksPlace {
+                configmap: NamespacedName::new(system, "imagemap-asked-tags"),
+                key: "rbac".into(),
+            }),
             // The install's webhook: the leader keeps its Secret and configuration.
             webhook: Some(Webhook {
                 addr: format!("127.0.0.1:{}", free_port()),

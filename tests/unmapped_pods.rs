@@ -1,8 +1,8 @@
-//! Pods admission did not map, found by the leader's paged scan and counted in the mapping's
-//! status (`unmappedPods`), against the real control plane: pods created before the
-//! operator ran are found at its start; after a change of rules, the namespaces the change
-//! reaches are scanned again, at most once a minute each (20 s here); mapped pods are counted
-//! (`affectedPods`). Run with `scripts/test`.
+//! Pods admission did not map, found by the leader's paged passes over the pods and counted
+//! in the mapping's status (`unmappedPods`), against the real control plane: pods created
+//! before the operator ran are found at its start; after a change of rules, the namespaces
+//! the change reaches are counted again, at most once a minute each (20 s here); mapped
+//! pods are counted (`affectedPods`). Run with `scripts/test`.
 
 #![allow(clippy::unwrap_used)] // test code
 
@@ -67,22 +67,22 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
         create_pod(&e.pods, &format!("early-{i}"), "nginx:1.27").await;
     }
     create_pod(&e.pods, "redis", "redis:7").await;
-    // Rule changes bring a namespace's scan at most every 20 s here (a minute by default).
+    // Rule changes bring a namespace's pass at most every 20 s here (a minute by default);
+    // every namespace is counted at start and then every 5 minutes (the default).
     let started = Instant::now();
     let op = WebhookOperator::start(&e.ns, "nginx", &["--pod-scan-namespace-seconds", "20"]).await;
-    // The scan at start finds the three.
-    status(&e, "mirror", |s| s.unmapped_pods == Some(3)).await;
+    // The pass at start finds the three, and the status says when it counted them.
+    let s = status(&e, "mirror", |s| s.unmapped_pods == Some(3)).await;
+    assert!(s.pods_counted_at.is_some(), "{s:?}");
     println!(
         "3 pods created before the operator counted unmappedPods within {:?} of its start",
         started.elapsed()
     );
-    // A pod created now is mapped, and counted as affected.
+    // A pod created now is mapped: counted as affected at the namespace's next pass.
     create_pod(&e.pods, "late", "nginx:1.27").await;
-    let s = status(&e, "mirror", |s| s.affected_pods == Some(1)).await;
-    assert_eq!(s.rules[0].affected_pods, 1);
-    assert_eq!(s.unmapped_pods, Some(3));
-    // A new rule for redis: the namespace was scanned less than 20 s ago (at the start), so
-    // the next scan waits for its 20 s; then the redis pod is found.
+    // A new rule for redis: the namespace was counted less than 20 s ago (at the start), so
+    // its next pass waits for its 20 s; then the redis pod is found, and the late pod
+    // counted.
     let changed = Instant::now();
     assert!(started.elapsed() < Duration::from_secs(20), "{started:?}");
     e.add_mapping(
@@ -93,13 +93,16 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
     status(&e, "redis", |s| s.unmapped_pods == Some(1)).await;
     let took = changed.elapsed();
     println!(
-        "after a new rule, its namespace was scanned again in {took:?}, {:?} after the operator started",
+        "after a new rule, its namespace was counted again in {took:?}, {:?} after the operator started",
         started.elapsed()
     );
     assert!(started.elapsed() >= Duration::from_secs(20), "{took:?}");
     assert!(took < Duration::from_secs(40), "{took:?}");
-    // Deleting the early pods: the next scan forgets them (the periodic one is 10 minutes
-    // away; a change of the rule reaching the namespace scans it again).
+    let s = status(&e, "mirror", |s| s.affected_pods == Some(1)).await;
+    assert_eq!(s.rules[0].affected_pods, 1);
+    assert_eq!(s.unmapped_pods, Some(3));
+    // Deleting the early pods: the next pass forgets them (the periodic one is 5 minutes
+    // away; a change of the rule reaching the namespace counts it again).
     for i in 0..3 {
         e.pods
             .delete(&format!("early-{i}"), &kube::api::DeleteParams::default())
@@ -115,7 +118,7 @@ async fn pods_admission_did_not_map_are_found_and_counted() {
         .await
         .unwrap();
     status(&e, "mirror", |s| s.unmapped_pods.is_none()).await;
-    // Three scans, the watches' lists: every LIST carried a limit of at most 500.
+    // Three passes, the watches' lists: every LIST carried a limit of at most 500.
     assert!(
         op.process
             .metric("imagemap_api_unbounded_lists_total")

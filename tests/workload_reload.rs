@@ -174,7 +174,9 @@ async fn a_deployment_under_a_budget_rolls_on_a_mapping_change_and_its_spec_stay
         json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"}]),
     )
     .await;
-    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    // The leader counts the pods every 2 s here (5 minutes by default): the status follows
+    // the roll.
+    let op = WebhookOperator::start(&e.ns, "nginx", &["--pod-count-seconds", "2"]).await;
     let deployments = deploy(&e, 3, "nginx:1.27").await;
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(e.client.clone(), &e.ns);
     create(
@@ -350,7 +352,9 @@ async fn a_budget_allowing_no_disruption_holds_the_roll_until_it_allows_one() {
         json!([{"match": {"repository": "nginx"}, "to": "mirror.io/nginx"}]),
     )
     .await;
-    let op = WebhookOperator::start(&e.ns, "nginx", &[]).await;
+    // The leader counts the pods every 2 s here (5 minutes by default): the status follows
+    // the roll.
+    let op = WebhookOperator::start(&e.ns, "nginx", &["--pod-count-seconds", "2"]).await;
     deploy(&e, 2, "nginx:1.27").await;
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(e.client.clone(), &e.ns);
     create(

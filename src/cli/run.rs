@@ -12,8 +12,8 @@ use crate::core::namespaced_name::NamespacedName;
 use crate::core::vm_images;
 use crate::core::webhook_certificate::plan::Lifetimes;
 use crate::operator::{
-    self, ElectedClients, LeaderElection, LeaseTiming, Observers, Options, RegistryNotifications,
-    TokenFile, Webhook, WebhookCertificate, health,
+    self, AsksPlace, ElectedClients, LeaderElection, LeaseTiming, Observers, Options,
+    RegistryNotifications, TokenFile, Webhook, WebhookCertificate, health,
 };
 
 /// Arguments of `imagemap run`.
@@ -90,10 +90,16 @@ pub struct RunArgs {
     /// both, the Secret empty.
     #[arg(long, value_name = "NAME", conflicts_with = "webhook_cert_dir")]
     pub webhook_secret: Option<String>,
-    /// Seconds between two scans of one namespace for pods admission did not map, at least,
-    /// when rule changes reach it.
+    /// Seconds between two passes over one namespace's pods, at least, when rule changes
+    /// reach it.
     #[arg(long, hide = true, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub pod_scan_namespace_seconds: u64,
+    /// Seconds between two passes of the leader over every namespace's pods: a paged LIST
+    /// that counts the mappings' `affectedPods` and `unmappedPods` and finds the followed
+    /// tags pods use (a change of rules counts the namespaces it reaches again within
+    /// `--pod-scan-namespace-seconds`).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub pod_count_seconds: u64,
     /// Seconds the CA `--webhook-secret` makes is valid (rotated after two thirds).
     #[arg(long, hide = true, default_value_t = 3 * 365 * 24 * 3600, value_parser = clap::value_parser!(u64).range(60..))]
     pub webhook_ca_validity_seconds: u64,
@@ -212,6 +218,8 @@ impl RunArgs {
             webhook: self.webhook(own_namespace)?,
             neonvm_default_runner_image: self.neonvm_default_runner_image.clone(),
             pod_scan_namespace_interval: Duration::from_secs(self.pod_scan_namespace_seconds),
+            pod_count_interval: Duration::from_secs(self.pod_count_seconds),
+            asks: None,
             // Under leader election, the leader tells the others what it verified.
             published_digests: self.leader_elect.then(|| NamespacedName {
                 namespace: self.lease_namespace(),
@@ -223,6 +231,10 @@ impl RunArgs {
 
 /// The ConfigMap, beside the Lease, in which the leader publishes the digests it verified.
 pub const PUBLISHED_DIGESTS: &str = "imagemap-digests";
+
+/// The ConfigMap, beside the Lease, in which each replica tells the leader the followed
+/// tags it admitted without a digest, under its own key.
+pub const ASKED_TAGS: &str = "imagemap-asked-tags";
 
 impl RunArgs {
     /// The Lease's namespace: `--lease-namespace`, else `POD_NAMESPACE`, else `default`.
@@ -290,7 +302,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
         anyhow::anyhow!("no Kubernetes credentials (in-cluster or KUBECONFIG): {e}")
     })?;
     let own_namespace = operator_namespace(&config.default_namespace);
-    let options = args.options(&own_namespace)?;
+    let mut options = args.options(&own_namespace)?;
     if options.webhook.is_none() && args.webhook_addr != "off" {
         tracing::info!(
             "the admission webhook is not served: it needs --webhook-secret, --webhook-url or --webhook-cert-dir"
@@ -305,15 +317,31 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     // lasts.
     let clients = ElectedClients::new(config)?;
     let observers = observe(args, &options, clients.requests.clone()).await?;
+    let identity = operator::unique_identity(&identity_base());
+    // Beside the Lease, under this replica's identity.
+    options.asks = Some(AsksPlace {
+        configmap: NamespacedName {
+            namespace: args.lease_namespace(),
+            name: ASKED_TAGS.into(),
+        },
+        key: identity.clone(),
+    });
     let election = LeaderElection {
         lease_name: args.lease_name.clone(),
         // Not the credentials' namespace: through a rolling upgrade, replicas of an older
         // version (POD_NAMESPACE, else `default`) must agree on the Lease.
         namespace: args.lease_namespace(),
-        identity: operator::unique_identity(&identity_base()),
+        identity,
         timing: LeaseTiming::for_duration(Duration::from_secs(args.lease_duration_seconds)),
     };
-    operator::run_elected(clients, options, observers, election, shutdown_signal()).await
+    Box::pin(operator::run_elected(
+        clients,
+        options,
+        observers,
+        election,
+        shutdown_signal(),
+    ))
+    .await
 }
 
 /// What names this replica in its Lease identity: `POD_NAME` (the Deployment sets it), else

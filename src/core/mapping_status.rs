@@ -20,7 +20,7 @@ use crate::core::vm_images::VmView;
 
 mod pod_tally;
 mod vm_tally;
-pub use pod_tally::{PodTally, ReloadCount};
+pub use pod_tally::{NamespacePods, PassScope, PodTally, ReloadCount};
 pub use vm_tally::{Ties, VmCount, VmTally};
 
 /// What a mapping's status is computed from.
@@ -203,11 +203,12 @@ pub fn statuses(
     for m in mappings {
         let own = problems.remove(&m.key).unwrap_or_default();
         let all_vms = tally.vms_of(&m.key);
+        let counted = PodsCounted::of(pods, m);
         let rules: Vec<RuleStatus> = (0..m.rule_count)
             .map(|i| RuleStatus {
                 index: i32::try_from(i).unwrap_or(i32::MAX),
                 affected_vms: i32::try_from(tally.vms_of_rule(&m.key, i)).unwrap_or(i32::MAX),
-                affected_pods: i32::try_from(pods.pods_of_rule(&m.key, i)).unwrap_or(i32::MAX),
+                affected_pods: counted.rules.get(i).copied().unwrap_or(0),
                 problem: RuleProblem::for_rule(&own, i)
                     .map(|p| cut_bytes(&p.to_string(), PROBLEM_LIMIT)),
                 followed_tags: tally
@@ -265,8 +266,9 @@ pub fn statuses(
                     .take(LISTED_AWAITING)
                     .map(ToString::to_string)
                     .collect(),
-                affected_pods: Some(pods.pods_of(&m.key)).filter(|&n| n > 0).map(count),
-                unmapped_pods: Some(pods.unmapped(&m.key)).filter(|&n| n > 0).map(count),
+                affected_pods: counted.affected,
+                unmapped_pods: counted.unmapped,
+                pods_counted_at: counted.at,
                 pods_awaiting_roll: Some(pods.waiting(&m.key)).filter(|&n| n > 0).map(count),
                 rolling_workloads_count: Some(pods.rolling(&m.key).len())
                     .filter(|&n| n > 0)
@@ -276,6 +278,63 @@ pub fn statuses(
         );
     }
     out
+}
+
+/// The pods' counts a mapping's status shows, and when they were counted.
+#[derive(Debug, PartialEq)]
+struct PodsCounted {
+    affected: Option<i32>,
+    unmapped: Option<i32>,
+    /// Each rule's `affectedPods`, by index.
+    rules: Vec<i32>,
+    at: Option<Time>,
+}
+
+impl PodsCounted {
+    /// What `pods` counted for `m`; before the first pass of every namespace, what its
+    /// status showed (a new leader keeps the last counts until it has counted). The time
+    /// moves only with the counts: a pass that finds the same leaves the status as it is.
+    fn of(pods: &PodTally, m: &MappingView<'_>) -> PodsCounted {
+        let previous = m.previous.map(|p| PodsCounted {
+            affected: p.affected_pods,
+            unmapped: p.unmapped_pods,
+            rules: (0..m.rule_count)
+                .map(|i| {
+                    p.rules
+                        .iter()
+                        .find(|r| usize::try_from(r.index).ok() == Some(i))
+                        .map_or(0, |r| r.affected_pods)
+                })
+                .collect(),
+            at: p.pods_counted_at.clone(),
+        });
+        let Some(at) = pods.counted_at(&m.key) else {
+            return previous.unwrap_or_else(|| PodsCounted {
+                affected: None,
+                unmapped: None,
+                rules: vec![0; m.rule_count],
+                at: None,
+            });
+        };
+        let now = PodsCounted {
+            affected: Some(pods.pods_of(&m.key)).filter(|&n| n > 0).map(count),
+            unmapped: Some(pods.unmapped(&m.key)).filter(|&n| n > 0).map(count),
+            rules: (0..m.rule_count)
+                .map(|i| count(pods.pods_of_rule(&m.key, i)))
+                .collect(),
+            at: Some(at.clone()),
+        };
+        match previous {
+            Some(previous)
+                if previous.at.is_some()
+                    && (&previous.affected, &previous.unmapped, &previous.rules)
+                        == (&now.affected, &now.unmapped, &now.rules) =>
+            {
+                previous
+            }
+            _ => now,
+        }
+    }
 }
 
 /// A count as a status holds it.

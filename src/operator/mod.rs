@@ -47,7 +47,7 @@ pub use observe::progress::Progress;
 pub use observe::{health, metrics};
 pub use options::token_file::TokenFile;
 pub use options::{
-    DEFAULT_CONCURRENCY, Options, RegistryNotifications, Webhook, WebhookCertificate,
+    AsksPlace, DEFAULT_CONCURRENCY, Options, RegistryNotifications, Webhook, WebhookCertificate,
 };
 pub use replica::digests::followed::Followed;
 pub use replica::digests::verified_digests::{
@@ -214,8 +214,11 @@ async fn start_webhook(
         client,
         webhook,
         &options.namespaces,
-        read.admission.clone(),
-        [read.rules_loaded.clone(), read.digests_loaded.clone()],
+        replica::webhook::WebhookFeed {
+            sources: read.admission.clone(),
+            sources_loaded: [read.rules_loaded.clone(), read.digests_loaded.clone()],
+            asks: Arc::clone(&read.asks),
+        },
         &observers.health,
         Arc::clone(&observers.metrics),
     )

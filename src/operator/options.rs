@@ -50,9 +50,21 @@ pub struct Options {
     /// Where the leader publishes the digests it verified for every replica (under leader
     /// election); `None`: no other replica to tell.
     pub published_digests: Option<NamespacedName>,
-    /// The least time between two scans of one namespace for pods admission did not map,
-    /// after rule changes.
+    /// The least time between two passes over one namespace's pods, after rule changes.
     pub pod_scan_namespace_interval: Duration,
+    /// How often the leader counts every namespace's pods.
+    pub pod_count_interval: Duration,
+    /// Where this replica tells the leader the followed tags it admitted without a digest
+    /// (under leader election); `None`: it leads alone, and tells it in memory.
+    pub asks: Option<AsksPlace>,
+}
+
+/// Where a replica writes its asks: the ConfigMap every replica writes its own key of, and
+/// its key.
+#[derive(Debug, Clone)]
+pub struct AsksPlace {
+    pub configmap: NamespacedName,
+    pub key: String,
 }
 
 /// The push notification endpoint: its address and the file holding the bearer token
@@ -104,6 +116,9 @@ pub const DEFAULT_TAG_POLL_INTERVAL: Duration = Duration::from_secs(30);
 /// every build lists a namespace's pods at most once a minute.
 pub const DEFAULT_POD_SCAN_NAMESPACE_INTERVAL: Duration = Duration::from_mins(1);
 
+/// The default of [`Options::pod_count_interval`].
+pub const DEFAULT_POD_COUNT_INTERVAL: Duration = Duration::from_mins(5);
+
 /// The default of [`Options::concurrency`].
 pub const DEFAULT_CONCURRENCY: u16 = 32;
 
@@ -125,6 +140,8 @@ impl Default for Options {
             neonvm_default_runner_image: None,
             published_digests: None,
             pod_scan_namespace_interval: DEFAULT_POD_SCAN_NAMESPACE_INTERVAL,
+            pod_count_interval: DEFAULT_POD_COUNT_INTERVAL,
+            asks: None,
         }
     }
 }

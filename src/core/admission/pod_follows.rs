@@ -1,9 +1,8 @@
 //! What the rules in force make of a pod admitted earlier: each recorded original resolved
 //! again, as the webhook resolved it — the rules that decide its containers (the mapping
-//! statuses count the pod for them) and the followed tags among the results. The leader keeps
-//! those tags checked while the pod exists, so that later pods asking for them are pinned —
-//! that is how a tag only pods follow is asked of the leader: by the pod the webhook admitted
-//! unpinned.
+//! statuses count the pod for them) and the followed tags among the results (the leader
+//! keeps the tags the pods of its last pass use checked, so that later pods asking for them
+//! are pinned).
 
 use std::collections::{BTreeMap, BTreeSet};
 

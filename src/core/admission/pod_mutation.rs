@@ -20,6 +20,7 @@ use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::Value;
 
 use crate::core::admission::migration_target;
+use crate::core::admission::pod_follows::PodFollows;
 use crate::core::admission::pod_view::Admission;
 use crate::core::neonvm::{self, RunnerOwner};
 use crate::core::pod::pod_slots::{PodSlot, SlotKind, duplicate_keys, pod_slots_named};
@@ -68,8 +69,8 @@ pub struct Decision {
     pub warnings: Vec<String>,
     /// How many warnings of each reason the pod gave, told or not (for metrics).
     pub warned: BTreeMap<&'static str, usize>,
-    /// Containers whose followed tag was admitted without a digest.
-    pub unpinned: usize,
+    /// The followed tags admitted without a digest (a container each), and their rules.
+    pub unpinned: Vec<PodFollows>,
     /// Containers a dry-run mapping would rewrite.
     pub dry_run: usize,
 }
@@ -82,7 +83,7 @@ impl Decision {
             patch: Patch(Vec::new()),
             warnings,
             warned,
-            unpinned: 0,
+            unpinned: Vec::new(),
             dry_run: 0,
         }
     }
@@ -248,7 +249,7 @@ fn slots_to_map(request: &PodRequest<'_>, runner: bool) -> Result<Vec<PodSlot>, 
 struct Resolved {
     mapped: Vec<Mapped>,
     warnings: Warnings,
-    unpinned: usize,
+    unpinned: Vec<PodFollows>,
     dry_run: usize,
 }
 
@@ -262,7 +263,7 @@ fn resolve_all(
     let mut out = Resolved {
         mapped: Vec::new(),
         warnings: Warnings::default(),
-        unpinned: 0,
+        unpinned: Vec::new(),
         dry_run: 0,
     };
     let dry_runs = admission.rules.has_dry_run();
@@ -294,7 +295,14 @@ fn resolve_all(
                 )
             });
         }
-        out.unpinned += usize::from(m.resolution.follow_tag && !m.pinned);
+        if let (true, false, Ok(reference)) =
+            (m.resolution.follow_tag, m.pinned, &m.resolution.outcome)
+        {
+            out.unpinned.push(PodFollows {
+                reference: reference.clone(),
+                rule: m.resolution.rule.clone(),
+            });
+        }
         if dry_runs {
             let preview = resolve_slot(
                 admission.rules,

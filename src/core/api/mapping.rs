@@ -4,7 +4,7 @@
 // duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -241,6 +241,13 @@ pub struct ImageMappingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 2_147_483_647))]
     pub unmapped_pods: Option<i32>,
+    /// When the pods in `affectedPods`, `unmappedPods` and each rule's `affectedPods` were
+    /// counted: the time of the leader's pass that found these counts (a later pass that
+    /// finds the same leaves it). The leader counts every namespace periodically
+    /// (`--pod-count-seconds`) and, within a minute of a change of rules, the namespaces it
+    /// reaches; a new leader keeps the counts it finds until its first pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_counted_at: Option<Time>,
     /// Live-reload pods waiting to be rolled for a change of this mapping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 2_147_483_647))]

@@ -1,10 +1,14 @@
-//! What pods show about each mapping, kept pod by pod: the pods admission mapped whose
-//! containers each rule decides (from the leader's watch of mapped pods), and, from live
-//! reload, the pods a mapping would change that admission did not map, the pods waiting for
-//! a roll, and the workloads rolling. A pod whose count changed costs its own entries, not a
-//! count of every pod. Pure.
+//! What pods show about each mapping: from the leader's passes over the pods, namespace by
+//! namespace, the pods admission mapped whose containers each rule decides and the pods a
+//! mapping would change that admission did not map; from live reload, pod by pod, the pods
+//! a mapping would change that it sees unmapped, the pods waiting for a roll and the
+//! workloads rolling. A pass costs the namespaces it counted, not a count of every pod, and
+//! what is kept per namespace is a count per mapping and rule, whatever its pods number.
+//! Pure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::vm_tally::add_to;
 use crate::core::namespaced_name::NamespacedName;
@@ -21,14 +25,72 @@ pub struct ReloadCount {
     pub rolling: Option<(String, BTreeSet<MappingKey>)>,
 }
 
+/// What one pass counted in one namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespacePods {
+    /// Pods admission mapped, per mapping whose rules decide some of their containers.
+    by_mapping: BTreeMap<MappingKey, usize>,
+    /// Pods admission mapped, per rule that decides some of their containers.
+    by_rule: BTreeMap<(MappingKey, usize), usize>,
+    /// Pods admission did not map, per mapping whose rules would change them.
+    unmapped: BTreeMap<MappingKey, usize>,
+}
+
+impl NamespacePods {
+    /// Counts a pod admission mapped, whose containers `rules` decide.
+    pub fn add_mapped(&mut self, rules: &BTreeSet<RuleRef>) {
+        let mappings: BTreeSet<&MappingKey> = rules.iter().map(|r| &r.mapping).collect();
+        for mapping in mappings {
+            add_to(&mut self.by_mapping, mapping, 1);
+        }
+        for rule in rules {
+            add_to(&mut self.by_rule, &(rule.mapping.clone(), rule.index), 1);
+        }
+    }
+
+    /// Counts a pod admission did not map, which `mappings` would change.
+    pub fn add_unmapped(&mut self, mappings: &BTreeSet<MappingKey>) {
+        for mapping in mappings {
+            add_to(&mut self.unmapped, mapping, 1);
+        }
+    }
+
+    /// Whether it counts no pod.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.by_mapping.is_empty() && self.unmapped.is_empty()
+    }
+}
+
+/// Adds `by` times each count of `from` to `to`.
+fn add_all<K: Ord + Clone>(to: &mut BTreeMap<K, usize>, from: &BTreeMap<K, usize>, by: isize) {
+    for (key, n) in from {
+        add_to(
+            to,
+            key,
+            by.saturating_mul(isize::try_from(*n).unwrap_or(isize::MAX)),
+        );
+    }
+}
+
+/// What a pass covered: every namespace in scope, or one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassScope<'a> {
+    All,
+    Namespace(&'a str),
+}
+
 /// The sums over the pods.
 #[derive(Debug, Default)]
 pub struct PodTally {
-    admitted: HashMap<NamespacedName, BTreeSet<RuleRef>>,
+    /// What the last pass of each namespace counted (namespaces with no pod counted left
+    /// out).
+    counted: HashMap<String, NamespacePods>,
+    /// When the last pass of every namespace ended; `None`: none has yet.
+    all_counted_at: Option<Time>,
+    /// When the passes of one namespace since then ended.
+    namespace_counted_at: HashMap<String, Time>,
     reloads: HashMap<NamespacedName, ReloadCount>,
-    /// Pods the scan found that admission did not map, and the mappings that would change
-    /// them.
-    scanned: HashMap<NamespacedName, BTreeSet<MappingKey>>,
     by_mapping: BTreeMap<MappingKey, usize>,
     by_rule: BTreeMap<(MappingKey, usize), usize>,
     unmapped: BTreeMap<MappingKey, usize>,
@@ -38,31 +100,79 @@ pub struct PodTally {
 }
 
 impl PodTally {
-    /// Puts in force the rules that decide the containers of `pod`, which admission mapped
-    /// (`None` or empty: none, or the pod is gone). Whether anything changed.
-    pub fn set_admitted(&mut self, pod: NamespacedName, rules: Option<BTreeSet<RuleRef>>) -> bool {
-        let rules = rules.filter(|r| !r.is_empty());
-        if self.admitted.get(&pod) == rules.as_ref() {
-            return false;
+    /// Puts in force what a pass over `scope` counted at `at`, per namespace; what it no
+    /// longer found there is forgotten. Whether a count changed, or this is the first pass
+    /// of every namespace.
+    pub fn set_counted(
+        &mut self,
+        scope: PassScope<'_>,
+        found: HashMap<String, NamespacePods>,
+        at: Time,
+    ) -> bool {
+        let mut changed = false;
+        let gone: Vec<String> = self
+            .counted
+            .keys()
+            .filter(|ns| match scope {
+                PassScope::All => !found.contains_key(*ns),
+                PassScope::Namespace(only) => *ns == only && !found.contains_key(*ns),
+            })
+            .cloned()
+            .collect();
+        for ns in gone {
+            if let Some(old) = self.counted.remove(&ns) {
+                self.apply(&old, -1);
+                changed = true;
+            }
         }
-        if let Some(old) = self.admitted.remove(&pod) {
-            self.apply_rules(&old, -1);
+        for (ns, pods) in found {
+            if let PassScope::Namespace(only) = scope
+                && ns != only
+            {
+                continue;
+            }
+            if self.counted.get(&ns) == Some(&pods) {
+                continue;
+            }
+            changed = true;
+            if let Some(old) = self.counted.remove(&ns) {
+                self.apply(&old, -1);
+            }
+            if !pods.is_empty() {
+                self.apply(&pods, 1);
+                self.counted.insert(ns, pods);
+            }
         }
-        if let Some(new) = rules {
-            self.apply_rules(&new, 1);
-            self.admitted.insert(pod, new);
+        match scope {
+            PassScope::All => {
+                changed |= self.all_counted_at.is_none();
+                self.all_counted_at = Some(at);
+                self.namespace_counted_at.clear();
+            }
+            PassScope::Namespace(ns) => {
+                self.namespace_counted_at.insert(ns.to_string(), at);
+            }
         }
-        true
+        changed
     }
 
-    fn apply_rules(&mut self, rules: &BTreeSet<RuleRef>, by: isize) {
-        let mappings: BTreeSet<&MappingKey> = rules.iter().map(|r| &r.mapping).collect();
-        for mapping in mappings {
-            add_to(&mut self.by_mapping, mapping, by);
-        }
-        for rule in rules {
-            add_to(&mut self.by_rule, &(rule.mapping.clone(), rule.index), by);
-        }
+    fn apply(&mut self, pods: &NamespacePods, by: isize) {
+        add_all(&mut self.by_mapping, &pods.by_mapping, by);
+        add_all(&mut self.by_rule, &pods.by_rule, by);
+        add_all(&mut self.unmapped, &pods.unmapped, by);
+    }
+
+    /// When the pods `mapping` counts were last counted: for an ImageMapping, the last pass
+    /// of its namespace; for a ClusterImageMapping, the last pass, of every namespace or of
+    /// one. `None`: no pass of every namespace has ended yet, and the counts are not known.
+    #[must_use]
+    pub fn counted_at(&self, mapping: &MappingKey) -> Option<&Time> {
+        let all = self.all_counted_at.as_ref()?;
+        let since = match &mapping.namespace {
+            Some(ns) => self.namespace_counted_at.get(ns),
+            None => self.namespace_counted_at.values().max_by_key(|t| t.0),
+        };
+        Some(since.filter(|t| t.0 > all.0).unwrap_or(all))
     }
 
     /// Puts in force what live reload says of `pod` (`None`: nothing, or the pod is gone).
@@ -98,49 +208,6 @@ impl PodTally {
                 }
             }
         }
-    }
-
-    /// Puts in force what a scan of `namespace` (`None`: every namespace) found: the pods
-    /// admission did not map, and the mappings that would change each; what it no longer
-    /// found there is forgotten. Whether anything changed.
-    pub fn set_scanned(
-        &mut self,
-        namespace: Option<&str>,
-        found: HashMap<NamespacedName, BTreeSet<MappingKey>>,
-    ) -> bool {
-        let before = self.scanned.len();
-        let mut changed = false;
-        let gone: Vec<NamespacedName> = self
-            .scanned
-            .keys()
-            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns) && !found.contains_key(*k))
-            .cloned()
-            .collect();
-        for pod in gone {
-            if let Some(old) = self.scanned.remove(&pod) {
-                for mapping in &old {
-                    add_to(&mut self.unmapped, mapping, -1);
-                }
-            }
-        }
-        for (pod, mappings) in found {
-            if self.scanned.get(&pod) == Some(&mappings) {
-                continue;
-            }
-            changed = true;
-            if let Some(old) = self.scanned.remove(&pod) {
-                for mapping in &old {
-                    add_to(&mut self.unmapped, mapping, -1);
-                }
-            }
-            for mapping in &mappings {
-                add_to(&mut self.unmapped, mapping, 1);
-            }
-            if !mappings.is_empty() {
-                self.scanned.insert(pod, mappings);
-            }
-        }
-        changed || self.scanned.len() != before
     }
 
     /// The pods of live reload's count, for forgetting those it no longer sees.
@@ -210,43 +277,65 @@ mod tests {
         NamespacedName::new("dev", name)
     }
 
-    #[test]
-    fn pods_are_counted_per_rule_and_mapping_and_forgotten_one_by_one() {
-        let mut tally = PodTally::default();
-        let both = BTreeSet::from([rule("m", 0), rule("m", 1)]);
-        assert!(tally.set_admitted(pod("a"), Some(both.clone())));
-        assert!(!tally.set_admitted(pod("a"), Some(both)));
-        tally.set_admitted(pod("b"), Some(BTreeSet::from([rule("m", 1)])));
-        let m = mapping("m");
-        assert_eq!(tally.pods_of(&m), 2);
-        assert_eq!(
-            (tally.pods_of_rule(&m, 0), tally.pods_of_rule(&m, 1)),
-            (1, 2)
-        );
-        tally.set_admitted(pod("a"), None);
-        assert_eq!((tally.pods_of(&m), tally.pods_of_rule(&m, 0)), (1, 0));
-        tally.set_admitted(pod("b"), Some(BTreeSet::new()));
-        assert_eq!(tally.pods_of(&m), 0);
+    fn at(second: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap())
+    }
+
+    fn counted(namespaces: &[(&str, NamespacePods)]) -> HashMap<String, NamespacePods> {
+        namespaces
+            .iter()
+            .map(|(ns, pods)| ((*ns).to_string(), pods.clone()))
+            .collect()
     }
 
     #[test]
-    fn a_scan_replaces_what_it_found_in_its_namespace_only() {
+    fn a_pass_counts_pods_per_rule_and_mapping_and_replaces_what_it_covered_only() {
         let mut tally = PodTally::default();
         let m = mapping("m");
-        let found = |pods: &[NamespacedName]| {
-            pods.iter()
-                .map(|p| (p.clone(), BTreeSet::from([m.clone()])))
-                .collect::<HashMap<_, _>>()
+        assert_eq!(tally.counted_at(&m), None, "nothing counted yet");
+        let mut dev = NamespacePods::default();
+        dev.add_mapped(&BTreeSet::from([rule("m", 0), rule("m", 1)]));
+        dev.add_mapped(&BTreeSet::from([rule("m", 1)]));
+        dev.add_unmapped(&BTreeSet::from([m.clone()]));
+        let mut prod = NamespacePods::default();
+        prod.add_mapped(&BTreeSet::from([rule("m", 1)]));
+        assert!(tally.set_counted(
+            PassScope::All,
+            counted(&[("dev", dev.clone()), ("prod", prod.clone())]),
+            at(100)
+        ));
+        assert_eq!(tally.pods_of(&m), 3);
+        assert_eq!(
+            (tally.pods_of_rule(&m, 0), tally.pods_of_rule(&m, 1)),
+            (1, 3)
+        );
+        assert_eq!(tally.unmapped(&m), 1);
+        assert_eq!(tally.counted_at(&m), Some(&at(100)));
+        // The same counts again: nothing changed, but the time moves.
+        assert!(!tally.set_counted(
+            PassScope::All,
+            counted(&[("dev", dev), ("prod", prod)]),
+            at(200)
+        ));
+        assert_eq!(tally.counted_at(&m), Some(&at(200)));
+        // A pass of dev finds nothing there now; prod's pods stay.
+        assert!(tally.set_counted(
+            PassScope::Namespace("dev"),
+            counted(&[("prod", NamespacePods::default())]),
+            at(300)
+        ));
+        assert_eq!((tally.pods_of(&m), tally.unmapped(&m)), (1, 0));
+        // The ImageMapping of dev was counted at dev's pass.
+        assert_eq!(tally.counted_at(&m), Some(&at(300)));
+        let cluster = MappingKey {
+            scope: MappingScope::Cluster,
+            namespace: None,
+            name: "c".into(),
         };
-        let other = NamespacedName::new("prod", "x");
-        assert!(tally.set_scanned(None, found(&[pod("a"), pod("b"), other.clone()])));
-        assert_eq!(tally.unmapped(&m), 3);
-        assert!(!tally.set_scanned(None, found(&[pod("a"), pod("b"), other.clone()])));
-        // A scan of dev no longer finds b; prod's pod stays.
-        assert!(tally.set_scanned(Some("dev"), found(&[pod("a")])));
-        assert_eq!(tally.unmapped(&m), 2);
-        assert!(tally.set_scanned(None, HashMap::new()));
-        assert_eq!(tally.unmapped(&m), 0);
+        assert_eq!(tally.counted_at(&cluster), Some(&at(300)));
+        assert!(tally.set_counted(PassScope::All, HashMap::new(), at(400)));
+        assert_eq!(tally.pods_of(&m), 0);
+        assert_eq!(tally.counted_at(&m), Some(&at(400)));
     }
 
     #[test]

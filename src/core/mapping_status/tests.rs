@@ -423,3 +423,85 @@ fn a_tally_kept_vm_by_vm_equals_a_full_count() {
     assert_eq!(a.statuses[&key("preview")].affected_vms, Some(1));
     assert_eq!(a.rules_in_conflict, b.rules_in_conflict);
 }
+
+#[test]
+fn pod_counts_are_kept_until_the_first_pass_and_their_time_moves_only_with_them() {
+    let set = RuleSet::compile(
+        &[mapping("m", "app", "x.io/app", false)],
+        &CompileOptions::default(),
+    );
+    let at = |second: i64| Time(Timestamp::from_second(second).unwrap());
+    let written = ImageMappingStatus {
+        affected_pods: Some(7),
+        unmapped_pods: Some(2),
+        pods_counted_at: Some(at(100)),
+        rules: vec![RuleStatus {
+            index: 0,
+            affected_pods: 7,
+            ..RuleStatus::default()
+        }],
+        ..ImageMappingStatus::default()
+    };
+    let view = |previous| MappingView {
+        key: key("m"),
+        generation: Some(1),
+        rule_count: 1,
+        dry_run: false,
+        previous,
+    };
+    let status_with = |pods: &PodTally, previous| {
+        let mappings = [view(previous)];
+        statuses(
+            &set,
+            &mappings,
+            &VmTally::default(),
+            pods,
+            &|_, _| None,
+            &at(1_000),
+        )
+        .statuses
+        .remove(&key("m"))
+        .unwrap()
+    };
+    // A new leader, before its first pass: the counts written stay.
+    let mut pods = PodTally::default();
+    let kept = status_with(&pods, Some(&written));
+    assert_eq!(
+        (
+            kept.affected_pods,
+            kept.unmapped_pods,
+            kept.rules[0].affected_pods
+        ),
+        (Some(7), Some(2), 7)
+    );
+    assert_eq!(kept.pods_counted_at, Some(at(100)));
+    // Its first pass finds the same counts: the time they were found stays.
+    let mut dev = NamespacePods::default();
+    let rule = RuleRef {
+        mapping: key("m"),
+        index: 0,
+        kind: crate::core::rules::MatchKind::Repository,
+    };
+    for _ in 0..7 {
+        dev.add_mapped(&BTreeSet::from([rule.clone()]));
+    }
+    dev.add_unmapped(&BTreeSet::from([key("m")]));
+    dev.add_unmapped(&BTreeSet::from([key("m")]));
+    let found = std::collections::HashMap::from([("dev".to_string(), dev)]);
+    pods.set_counted(PassScope::All, found, at(500));
+    let same = status_with(&pods, Some(&written));
+    assert_eq!(same.pods_counted_at, Some(at(100)));
+    assert_eq!(same.affected_pods, Some(7));
+    // A pass that finds other counts says when.
+    pods.set_counted(PassScope::All, std::collections::HashMap::new(), at(600));
+    let moved = status_with(&pods, Some(&written));
+    assert_eq!(
+        (
+            moved.affected_pods,
+            moved.unmapped_pods,
+            moved.rules[0].affected_pods
+        ),
+        (None, None, 0)
+    );
+    assert_eq!(moved.pods_counted_at, Some(at(600)));
+}

@@ -1,13 +1,16 @@
 //! The tags VMs and pods follow (`followTag`), the digest each points to, and who uses it.
-//! Reconciles say which references a VM follows, and the pod followers (on the leader) which
-//! ones a pod admitted with a followed tag uses, so that later pods are pinned; and for whom: a tag a ClusterImageMapping
+//! Reconciles say which references a VM follows; the leader's passes over the pods which
+//! ones the pods of each namespace use, and the replicas' asks which ones a pod was just
+//! admitted with unpinned, so that later pods are pinned; and for whom: a tag a ClusterImageMapping
 //! rule names is the cluster's; one an ImageMapping rule follows, or one the VM chose itself
 //! through a cluster rule that does not fix the repository (a `prefix` or `regex` rule: the
 //! VM names the path), is its namespace's — each checked on its own, with the credentials
 //! that serve its follower and within its follower's share of the checks. The tag follower checks each distinct followed tag once
 //! per interval, however many VMs use it, and learns which VMs to reconcile when its digest
 //! moved. A failed check never drops a known digest: running pods are never touched because
-//! a registry misbehaves.
+//! a registry misbehaves. The replicas' asks are kept in [`asked_tags`].
+
+pub mod asked_tags;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -38,9 +41,12 @@ pub enum Lookup {
 pub enum Follower {
     /// A VM: reconciled when the digest moves.
     Vm(NamespacedName),
-    /// A pod admitted with the tag: kept checked while it exists, so that later pods are
-    /// pinned to a digest verified lately.
-    Pod(NamespacedName),
+    /// The pods of a namespace, as the last pass over them found them: kept checked while
+    /// pods use the tag, so that later pods are pinned to a digest verified lately.
+    PodsIn(String),
+    /// The replicas that admitted a pod with the tag and no digest, until a pass over the
+    /// pods answers them.
+    Asked,
     /// A NeonVM VM (its live reload acts when the digest moves).
     NeonVm(NamespacedName),
 }
@@ -268,7 +274,7 @@ impl FollowedTags {
                 .iter()
                 .filter_map(|u| match u {
                     Follower::Vm(vm) => Some(vm.clone()),
-                    Follower::Pod(_) | Follower::NeonVm(_) => None,
+                    Follower::PodsIn(_) | Follower::Asked | Follower::NeonVm(_) => None,
                 })
                 .collect()
         };

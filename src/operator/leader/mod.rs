@@ -37,15 +37,16 @@ use crate::operator::tasks::Tasks;
 use crate::operator::watch_toolkit::listed::Listed;
 use crate::operator::writes::event_recorder::EventRecorder;
 use followed_tags::FollowedTags;
+use followed_tags::asked_tags::AskedTags;
 use mapping_statuses::mapping_status_writer::{self, StatusWriter};
+use mapping_statuses::pod_census::{self, PodCensus};
 use mapping_statuses::pod_counts::PodCounts;
-use mapping_statuses::pod_scanner::{self, PodScanner};
 use mapping_statuses::status_due::StatusDue;
 use neonvm_pods::runner_reloader::{self, RunnerReloader};
 use recreation_budget::RecreationBudget;
+use tags::asks_watcher::{self, AsksFrom};
 use tags::credentials_watcher::{self, CredentialsWatcher};
 use tags::digest_publisher::{self, DigestPublisher};
-use tags::pod_followers::{self, PodFollowers};
 use tags::push_endpoint::{Pushed, Running};
 use tags::tag_follower::{self, TagFollower};
 use vms::pod_watcher;
@@ -108,6 +109,7 @@ pub async fn run(
         registries,
         rules_loaded,
         digests_loaded,
+        asks,
     } = read;
     let (rules, digests, neonvm) = (
         Arc::clone(&admission.rules),
@@ -174,15 +176,27 @@ pub async fn run(
         );
     }
     if let Some(webhook) = &options.webhook {
+        let asked = Arc::new(AskedTags::new(Arc::clone(&followed)));
+        let asks_from = match &options.asks {
+            Some(place) => AsksFrom::ConfigMap(place.configmap.clone()),
+            None => AsksFrom::Here(asks),
+        };
         tasks.spawn(
-            "unmapped pod scanner",
-            pod_scanner::run(PodScanner {
+            "asks watcher",
+            asks_watcher::run(client.clone(), asks_from, Arc::clone(&asked)),
+        );
+        tasks.spawn(
+            "pod census",
+            pod_census::run(PodCensus {
                 client: client.clone(),
                 namespaces: options.namespaces.clone(),
                 excluded: webhook.excluded.clone(),
+                every: options.pod_count_interval,
                 per_namespace: options.pod_scan_namespace_interval,
                 admission: admission.clone(),
                 counts: Arc::clone(&pod_counts),
+                followed: Arc::clone(&followed),
+                asked,
                 loaded: vec![
                     rules_loaded.clone(),
                     caches.listed.namespaces.clone(),
@@ -217,16 +231,6 @@ pub async fn run(
                     digests_loaded.clone(),
                     watched,
                 ],
-            }),
-        );
-        tasks.spawn(
-            "pod followers",
-            pod_followers::run(PodFollowers {
-                client: client.clone(),
-                namespaces: options.namespaces.clone(),
-                admission: admission.clone(),
-                followed: Arc::clone(&followed),
-                counts: Arc::clone(&pod_counts),
             }),
         );
     }

@@ -2,8 +2,9 @@
 //! they fill ([`watches`]), the rules in force ([`rule_watch`]), the digests the leader
 //! verified ([`digests`]), NeonVM's VMs when it is installed ([`neonvm_watch`]) and the
 //! admission webhook ([`webhook`]). It calls the API server's watches only, and writes
-//! nothing but, with `--webhook-url`, its own webhook configuration: the leader acts on what
-//! it keeps and on what it tells.
+//! nothing but, with `--webhook-url`, its own webhook configuration and, under leader
+//! election, its own key of the ConfigMap of asks for followed tags
+//! (`digests::asks_publisher`): the leader acts on what it keeps and on what it tells.
 //!
 //! This file wires the replica side's rooms together; they never import it.
 
@@ -36,7 +37,8 @@ use crate::operator::watch_toolkit::listed::{CachesListed, Listed};
 use crate::operator::watch_toolkit::teller::Teller;
 use crate::registry::{CredentialSource, Registries};
 use admission_sources::AdmissionSources;
-use digests::digests_watcher;
+use digests::tag_asks::TagAsks;
+use digests::{asks_publisher, digests_watcher};
 use neonvm_watch::neonvm_watcher::{self, NeonVmWatcher};
 use rule_watch::local_registry_watcher;
 use rule_watch::rules_changed::RulesChanged;
@@ -60,6 +62,9 @@ pub struct ReplicaSide {
     /// Marked once the leader's published digests were first read (at once when there is
     /// no other replica to publish them: this one verifies its own).
     pub digests_loaded: Listed,
+    /// The followed tags this replica's admissions found no digest for, asked of the
+    /// leader.
+    pub asks: Arc<TagAsks>,
 }
 
 /// What the read side tells, for the write side to act on.
@@ -108,7 +113,14 @@ pub fn start(
         registries,
         rules_loaded: Listed::default(),
         digests_loaded: Listed::default(),
+        asks: Arc::default(),
     };
+    if let Some(place) = &options.asks {
+        tasks.spawn(
+            "asks publisher",
+            asks_publisher::run(client.clone(), place.clone(), Arc::clone(&read.asks)),
+        );
+    }
     tasks.spawn(
         "NeonVM watcher",
         neonvm_watcher::run(NeonVmWatcher {

@@ -256,7 +256,7 @@ fn a_huge_interval_does_not_overflow() {
 fn a_tag_pods_run_is_checked_while_a_pod_runs_it_and_reconciles_only_vms() {
     let tags = FollowedTags::default();
     let t0 = Instant::now();
-    let pod = Follower::Pod(NamespacedName::new("dev", "web"));
+    let pod = Follower::PodsIn("dev".into());
     assert_eq!(
         tags.follow_as(&pod, vec![R.into()], t0),
         [(k(R), Lookup::Pending)]

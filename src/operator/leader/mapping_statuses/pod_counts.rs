@@ -1,13 +1,14 @@
 //! The pods' counts the mapping statuses show, shared by the rooms that see pods — the
-//! mapped pods' watch (`tags::pod_followers`) and live reload (`workloads::workload_roller`)
-//! — and the status writer, which is told when they change.
+//! passes over the pods (`pod_census`) and live reload (`workloads::workload_roller`) — and
+//! the status writer, which is told when they change.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::core::mapping_status::{PodTally, ReloadCount};
+use crate::core::mapping_status::{NamespacePods, PassScope, PodTally, ReloadCount};
 use crate::core::namespaced_name::NamespacedName;
-use crate::core::rules::RuleRef;
 use crate::operator::leader::mapping_statuses::status_due::StatusDue;
 
 /// The tally, and whom to tell.
@@ -29,17 +30,6 @@ impl PodCounts {
     fn lock(&self) -> MutexGuard<'_, PodTally> {
         // Each update leaves the sums whole.
         self.tally.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The rules that decide the containers of `pod`, which admission mapped (`None`: gone).
-    pub fn admitted(
-        &self,
-        pod: NamespacedName,
-        rules: Option<std::collections::BTreeSet<RuleRef>>,
-    ) {
-        if self.lock().set_admitted(pod, rules) {
-            self.due.mappings();
-        }
     }
 
     /// What live reload says of each pod it sees now; the pods it no longer sees are
@@ -65,17 +55,9 @@ impl PodCounts {
         }
     }
 
-    /// What a scan of `namespace` (`None`: all) found: the pods admission did not map, and
-    /// the mappings that would change each.
-    pub fn scanned(
-        &self,
-        namespace: Option<&str>,
-        found: std::collections::HashMap<
-            NamespacedName,
-            std::collections::BTreeSet<crate::core::rules::MappingKey>,
-        >,
-    ) {
-        if self.lock().set_scanned(namespace, found) {
+    /// What a pass over `scope` counted at `at`, per namespace.
+    pub fn counted(&self, scope: PassScope<'_>, found: HashMap<String, NamespacePods>, at: Time) {
+        if self.lock().set_counted(scope, found, at) {
             self.due.mappings();
         }
     }

@@ -19,6 +19,8 @@ use crate::core::admission::scope::{self, Excluded, RequestKind, Requesters, Ski
 use crate::core::excerpt::excerpt;
 use crate::core::rules::{CompileOptions, MappingInput};
 use crate::operator::replica::admission_sources::AdmissionSources;
+use crate::operator::replica::digests::followed::Followed;
+use crate::operator::replica::digests::tag_asks::TagAsks;
 use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
 use crate::operator::replica::webhook::review::{self, ReviewPods};
 
@@ -33,6 +35,8 @@ pub struct Admitter {
     pub acts_in: Vec<String>,
     /// The operator's own user name (its pods are resolved already); `None`: unknown.
     pub own_user: Option<String>,
+    /// The followed tags admitted without a digest, asked of the leader.
+    pub asks: Arc<TagAsks>,
 }
 
 /// A request the webhook cannot answer.
@@ -81,6 +85,7 @@ impl Admitter {
             excluded,
             acts_in,
             own_user: None,
+            asks: Arc::default(),
         }
     }
 
@@ -105,7 +110,18 @@ impl Admitter {
         };
         let (mut unpinned, mut dry_run, mut warned) = (0, 0, BTreeMap::new());
         if let Some(d) = decision {
-            (unpinned, dry_run, warned) = (d.unpinned, d.dry_run, d.warned);
+            (unpinned, dry_run, warned) = (d.unpinned.len(), d.dry_run, d.warned);
+            // A tag admitted without a digest is asked of the leader, so that later pods are
+            // pinned; a dry run asks nothing.
+            if !request.dry_run && !d.unpinned.is_empty() {
+                let namespace = request.namespace.as_deref().unwrap_or_default();
+                let now = std::time::Instant::now();
+                for follows in &d.unpinned {
+                    let followed =
+                        Followed::of(&follows.reference, follows.rule.as_ref(), namespace);
+                    self.asks.ask(followed, now);
+                }
+            }
             if !d.warnings.is_empty() {
                 response.warnings = Some(bounded(&d.warnings));
             }

@@ -23,6 +23,7 @@ use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::options::{Webhook, WebhookCertificate};
 use crate::operator::replica::admission_sources::AdmissionSources;
+use crate::operator::replica::digests::tag_asks::TagAsks;
 use crate::operator::watch_toolkit::listed::Listed;
 use configuration::Registered;
 use handler::Admitter;
@@ -99,19 +100,35 @@ impl Serving {
     }
 }
 
-/// Starts the webhook of `webhook`, answering from `sources`: it listens at once, answers
-/// once `sources_loaded` (the rules, the leader's digests) and the certificate to serve were
-/// read (the replica is ready then), and then — with `--webhook-url` — registers its
-/// configuration. `acts_in`: the namespaces the operator acts in (empty: all).
+/// What the webhook answers from, and tells.
+pub struct WebhookFeed {
+    /// What admission answers from.
+    pub sources: AdmissionSources,
+    /// Marked once the rules and the leader's digests were first read.
+    pub sources_loaded: [Listed; 2],
+    /// Where the followed tags admitted without a digest are asked of the leader.
+    pub asks: Arc<TagAsks>,
+}
+
+/// Starts the webhook of `webhook`, answering from `feed.sources` (and asking the leader
+/// for the followed tags it admits without a digest through `feed.asks`): it listens at
+/// once, answers once `feed.sources_loaded` (the rules, the leader's digests) and the
+/// certificate to serve were read (the replica is ready then), and then — with
+/// `--webhook-url` — registers its configuration. `acts_in`: the namespaces the operator
+/// acts in (empty: all).
 pub async fn start(
     client: &Client,
     webhook: &Webhook,
     acts_in: &[String],
-    sources: AdmissionSources,
-    sources_loaded: [Listed; 2],
+    feed: WebhookFeed,
     health: &Arc<Health>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Serving> {
+    let WebhookFeed {
+        sources,
+        sources_loaded,
+        asks,
+    } = feed;
     health.admits();
     let mut tasks = Vec::new();
     // Marked once the certificate to serve (if any yet) was read.
@@ -127,6 +144,7 @@ pub async fn start(
         excluded: webhook.excluded.clone(),
         acts_in: acts_in.to_vec(),
         own_user,
+        asks,
     };
     let [rules_loaded, digests_loaded] = sources_loaded;
     let loaded = [rules_loaded, digests_loaded, certificate_read];

@@ -28,6 +28,7 @@ fn admitter() -> Admitter {
         excluded: Excluded::new(Some("imagemap-system"), &[]),
         acts_in: Vec::new(),
         own_user: None,
+        asks: Arc::default(),
     }
 }
 
