@@ -96,8 +96,8 @@ pub struct RunArgs {
     pub pod_scan_namespace_seconds: u64,
     /// Seconds between two passes of the leader over every namespace's pods: a paged LIST
     /// that counts the mappings' `affectedPods` and `unmappedPods` and finds the followed
-    /// tags pods use (a change of rules counts the namespaces it reaches again within
-    /// `--pod-scan-namespace-seconds`).
+    /// tags pods use (a change of rules counts the namespaces it reaches again within a
+    /// minute).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub pod_count_seconds: u64,
     /// Seconds the CA `--webhook-secret` makes is valid (rotated after two thirds).

@@ -1,5 +1,5 @@
-//! What admission makes of a pod: the one answer the webhook, the scan for pods it did not
-//! map, live reload (workloads' and NeonVM's), the pod followers, `imagemap resolve` and
+//! What admission makes of a pod: the one answer the webhook, the leader's passes over the
+//! pods (mapped or not), live reload (workloads' and NeonVM's), `imagemap resolve` and
 //! `imagemap status` all take. Each container slot is resolved from what it asked for, by
 //! the rules in force, for whoever asks (the pod's labels, its namespace's), a followed tag
 //! pinned to the digest the caller holds. Pure: the operator answers from what a replica

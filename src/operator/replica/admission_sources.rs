@@ -1,8 +1,8 @@
 //! What admission answers from on every replica — the rules in force, the namespaces'
 //! labels, the digests the leader verified and NeonVM's runner pods — made into the core's
 //! one view of what admission makes of a pod ([`crate::core::admission::pod_view`]). The
-//! webhook answers through it; on the leader, the scan for pods admission did not map, live
-//! reload of workloads and of NeonVM's runner pods, and the pod followers judge through it.
+//! webhook answers through it; on the leader, the passes over the pods, live reload of
+//! workloads and of NeonVM's runner pods judge through it.
 
 use std::sync::Arc;
 
