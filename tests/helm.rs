@@ -205,7 +205,7 @@ fn every_operator_flag_is_reachable_from_values_and_the_schema_matches_the_flags
     let values = json!({
         "defaultRunnerImage": "r.io/runner:1", "namespaces": ["a", "b"],
         "allowedRegistries": ["x.io", "y.io"], "maxRecreatesPerMinute": 7, "concurrency": 9,
-        "tagPollInterval": "45s", "insecureRegistries": ["x.io"],
+        "tagPollInterval": "45s", "podCountSeconds": 120, "insecureRegistries": ["x.io"],
         "registryCredentialsSecret": "creds", "registryCredentialsNamespaces": ["ci"],
         "healthAddr": "0.0.0.0:9090", "leaderElect": true, "leaseNamespace": "leases",
         "leaseName": "lead", "leaseDurationSeconds": 20, "logFormat": "plain",
