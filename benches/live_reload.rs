@@ -184,29 +184,6 @@ async fn mapping_change(
     Ok((seconds, delta(&before, &op.requests()?)))
 }
 
-/// `imagemap run` for `ns`, serving and registering its webhook, no recreation budget.
-fn start_operator(ns: &str) -> anyhow::Result<OperatorProcess> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let configuration = format!("imagemap-{ns}");
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    OperatorProcess::start_with(
-        ns,
-        &[
-            "--webhook-addr",
-            &addr,
-            "--webhook-url",
-            &url,
-            "--webhook-configuration",
-            &configuration,
-        ],
-    )
-}
-
 /// By verb, summed over resources.
 fn by_verb(requests: &Requests) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
@@ -241,7 +218,7 @@ async fn main() -> anyhow::Result<()> {
     let ns = format!("bench-live-reload-{}", std::process::id());
     cluster::fresh_namespace(&client, &ns).await?;
     apply_mapping(&client, &ns, "mirror0.io/nginx").await?;
-    let mut op = start_operator(&ns)?;
+    let mut op = OperatorProcess::start_with_webhook(&ns, &[])?;
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     // A pod created before the API server calls the webhook is admitted unmapped, and live

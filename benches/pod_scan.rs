@@ -77,7 +77,7 @@ async fn unmapped(client: &Client, n: usize) -> anyhow::Result<()> {
         created.elapsed().as_secs_f64()
     );
     let started = Instant::now();
-    let op = start_operator(&ns, &[])?;
+    let op = OperatorProcess::start_with_webhook(&ns, &[])?;
     let ready = started.elapsed();
     let deadline = Instant::now() + Duration::from_mins(10);
     loop {
@@ -132,28 +132,6 @@ async fn apply_mapping(
         )
         .await?;
     Ok(())
-}
-
-/// Starts the operator in `ns` with its webhook (`--webhook-url`) and `extra` arguments.
-fn start_operator(ns: &str, extra: &[&str]) -> anyhow::Result<OperatorProcess> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let configuration = format!("imagemap-{ns}");
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let mut args = vec![
-        "--webhook-addr",
-        &addr,
-        "--webhook-url",
-        &url,
-        "--webhook-configuration",
-        &configuration,
-    ];
-    args.extend_from_slice(extra);
-    OperatorProcess::start_with(ns, &args)
 }
 
 /// Prints the operator's requests by verb and resource, and its LISTs without a bounded
@@ -238,7 +216,7 @@ async fn mapped(client: &Client, total: usize, bench: bool) -> anyhow::Result<()
     // counts every 2 s.
     let (every, per_namespace) = if bench { ("30", "60") } else { ("2", "2") };
     let started = Instant::now();
-    let mut op = start_operator(
+    let mut op = OperatorProcess::start_with_webhook(
         &ns,
         &[
             "--pod-count-seconds",

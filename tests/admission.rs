@@ -380,15 +380,12 @@ async fn the_operators_own_runner_pods_are_left_alone_and_a_forged_owner_is_not(
 #[ignore = "needs a control plane: run scripts/test"]
 async fn a_tag_only_pods_follow_is_asked_of_the_leader_by_the_pod_and_later_pods_are_pinned() {
     let e = env("admission-pod-tags").await;
-    let registry = support::registry::TestRegistry::start(&e.ns).await;
-    let host = registry.host();
-    let digest = registry.push("app", "dev", "build 1");
-    let tag = format!("{host}/app:dev");
-    e.add_mapping(
-        "follow",
-        json!([{"match": {"repository": "example.org/app"}, "to": tag, "followTag": true}]),
-    )
-    .await;
+    let support::vms::FollowedApp {
+        registry: _registry,
+        host,
+        digest,
+        tag,
+    } = e.follow_app().await;
     // No VirtualMachine follows the tag: only pods ask for it.
     let op = WebhookOperator::start(
         &e.ns,

@@ -340,15 +340,12 @@ async fn a_rolling_restart_behind_a_front_maps_every_pod_and_never_fails_open() 
 #[ignore = "needs a control plane: run scripts/test"]
 async fn followers_pin_to_the_digests_the_leader_verified_and_ask_no_registry() {
     let e = env("replicas-digests").await;
-    let registry = support::registry::TestRegistry::start(&e.ns).await;
-    let host = registry.host();
-    let first = registry.push("app", "dev", "build 1");
-    let tag = format!("{host}/app:dev");
-    e.add_mapping(
-        "follow",
-        json!([{"match": {"repository": "example.org/app"}, "to": tag, "followTag": true}]),
-    )
-    .await;
+    let support::vms::FollowedApp {
+        registry,
+        host,
+        digest: first,
+        tag,
+    } = e.follow_app().await;
     // A VM follows the tag: the leader checks it.
     e.add_vm("vm", false, "Always", "example.org/app").await;
     let certs = certs(&e.ns);
@@ -430,15 +427,12 @@ async fn followers_pin_to_the_digests_the_leader_verified_and_ask_no_registry() 
 #[ignore = "needs a control plane: run scripts/test"]
 async fn a_tag_only_a_replicas_pod_follows_is_asked_of_the_leader_and_later_pods_are_pinned() {
     let e = env("replicas-asks").await;
-    let registry = support::registry::TestRegistry::start(&e.ns).await;
-    let host = registry.host();
-    let digest = registry.push("app", "dev", "build 1");
-    let tag = format!("{host}/app:dev");
-    e.add_mapping(
-        "follow",
-        json!([{"match": {"repository": "example.org/app"}, "to": tag, "followTag": true}]),
-    )
-    .await;
+    let support::vms::FollowedApp {
+        registry: _registry,
+        host,
+        digest,
+        tag,
+    } = e.follow_app().await;
     // No VirtualMachine follows the tag, and no pod is counted: only an admission asks.
     let certs = certs(&e.ns);
     let lease = format!("lease-{}", e.ns);

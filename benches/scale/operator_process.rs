@@ -85,6 +85,28 @@ impl OperatorProcess {
         anyhow::bail!("the operator was not ready within 60 s")
     }
 
+    /// [`Self::start_with`], serving its webhook and registering it (`--webhook-url`, the
+    /// configuration `imagemap-NAMESPACE`).
+    #[allow(dead_code)] // started so by benches/pod_scan.rs and benches/live_reload.rs
+    pub fn start_with_webhook(namespace: &str, extra: &[&str]) -> anyhow::Result<OperatorProcess> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let configuration = format!("imagemap-{namespace}");
+        let (addr, url) = (
+            format!("127.0.0.1:{port}"),
+            format!("https://127.0.0.1:{port}"),
+        );
+        let mut args = vec![
+            "--webhook-addr",
+            &addr,
+            "--webhook-url",
+            &url,
+            "--webhook-configuration",
+            &configuration,
+        ];
+        args.extend_from_slice(extra);
+        Self::start_with(namespace, &args)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -51,6 +51,17 @@ pub fn tilt_rule(to: &str) -> serde_json::Value {
     json!([{"match": {"repository": "neondatabase/vm-compute-node-v17"}, "to": to}])
 }
 
+/// A registry holding `app:dev` (its first build), and the ImageMapping `follow` mapping
+/// `example.org/app` to it with `followTag`.
+pub struct FollowedApp {
+    pub registry: super::registry::TestRegistry,
+    pub host: String,
+    /// The digest `app:dev` points to.
+    pub digest: String,
+    /// `HOST/app:dev`.
+    pub tag: String,
+}
+
 pub struct Env {
     pub client: Client,
     pub ns: String,
@@ -60,6 +71,25 @@ pub struct Env {
 }
 
 impl Env {
+    /// Starts a registry holding `app:dev` and adds the mapping `follow` to it.
+    pub async fn follow_app(&self) -> FollowedApp {
+        let registry = super::registry::TestRegistry::start(&self.ns).await;
+        let host = registry.host();
+        let digest = registry.push("app", "dev", "build 1");
+        let tag = format!("{host}/app:dev");
+        self.add_mapping(
+            "follow",
+            json!([{"match": {"repository": "example.org/app"}, "to": tag, "followTag": true}]),
+        )
+        .await;
+        FollowedApp {
+            registry,
+            host,
+            digest,
+            tag,
+        }
+    }
+
     pub async fn add_mapping(&self, name: &str, rules: serde_json::Value) {
         self.mappings
             .create(&PostParams::default(), &mapping(name, &rules))

@@ -76,7 +76,7 @@ pub struct PodCensus {
 
 /// The label selector of the pods admission did not map that a pass judges.
 #[must_use]
-pub fn unmapped_selector() -> String {
+fn unmapped_selector() -> String {
     format!(
         "{MAPPED_LABEL}!={MAPPED},{LIVE_RELOAD_LABEL}!=true,!{},!{}",
         crate::core::neonvm::VM_NAME_LABEL,
