@@ -1,5 +1,7 @@
 //! One admission request, answered from memory: the rules in force, the namespaces' labels
-//! and the digests the replica holds. Nothing here calls the API server or a registry. A
+//! and the digests the replica holds. Nothing here calls the API server or a registry: a
+//! followed tag admitted without a digest is only recorded in memory (`TagAsks`), from
+//! where other tasks ask the leader for it; a dry run records nothing. A
 //! request that is not an AdmissionReview is refused (the API server then admits the pod
 //! as it is: the webhook fails open); every other answer admits the pod, mapped or not.
 
