@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -125,7 +126,9 @@ async fn admit(port: u16, ca_pem: &str, body: Vec<u8>, pod: &Value) -> Value {
     let answer: Value = serde_json::from_slice(&bytes).unwrap();
     let mut out = pod.clone();
     if let Some(patch) = answer["response"].get("patch") {
-        let patch: Vec<u8> = serde_json::from_value(patch.clone()).unwrap();
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(patch.as_str().unwrap())
+            .unwrap();
         let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
         json_patch::patch(&mut out, &patch).unwrap();
     }

@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use json_patch::Patch;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::admission::{AdmissionRequest, Operation};
 use kube::runtime::watcher;
 use serde_json::Value;
 
@@ -24,6 +25,7 @@ use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::replica::digests::followed::Followed;
 use crate::operator::replica::digests::tag_asks::TagAsks;
 use crate::operator::replica::rule_watch::rules_in_force::RulesInForce;
+use crate::operator::replica::webhook::answer;
 use crate::operator::replica::webhook::review::{self, ReviewPods};
 
 /// What admission answers from.
@@ -96,7 +98,6 @@ impl Admitter {
         let (request, pods) = review::parse(body)
             .map_err(|e| NotAReview(excerpt(&e.to_string())))?
             .ok_or_else(|| NotAReview("an AdmissionReview without a request".into()))?;
-        let mut response = AdmissionResponse::from(&request);
         let (result, decision) = match self.decide(&request, pods) {
             Err(skip) => {
                 tracing::trace!(reason = skip.as_str(), "admission skipped");
@@ -111,6 +112,7 @@ impl Admitter {
             }
         };
         let (mut unpinned, mut dry_run, mut warned) = (0, 0, BTreeMap::new());
+        let (mut patch, mut warnings) = (Patch(Vec::new()), Vec::new());
         if let Some(d) = decision {
             (unpinned, dry_run, warned) = (d.unpinned.len(), d.dry_run, d.warned);
             // A tag admitted without a digest is asked of the leader, so that later pods are
@@ -124,17 +126,14 @@ impl Admitter {
                     self.asks.ask(followed, now);
                 }
             }
-            if !d.warnings.is_empty() {
-                response.warnings = Some(bounded(&d.warnings));
-            }
-            if !d.patch.0.is_empty() {
-                // A patch that cannot be written admits the pod as it is, warnings kept.
-                let mut fallback = AdmissionResponse::from(&request);
-                fallback.warnings.clone_from(&response.warnings);
-                response = response.with_patch(d.patch).unwrap_or(fallback);
-            }
+            warnings = bounded(&d.warnings);
+            patch = d.patch;
         }
-        let body = serde_json::to_vec(&response.into_review())
+        // A patch that cannot be written admits the pod as it is, warnings kept.
+        let body = answer::allowed(&request.types, &request.uid, &patch, &warnings)
+            .or_else(|_| {
+                answer::allowed(&request.types, &request.uid, &Patch(Vec::new()), &warnings)
+            })
             .map_err(|e| NotAReview(format!("answer not serializable: {e}")))?;
         Ok(Answered {
             result,

@@ -4,6 +4,7 @@
 //! bytes in flight bounded by [`bytes_in_flight`]) and the webhook configuration
 //! ([`configuration`]).
 
+pub mod answer;
 pub mod bytes_in_flight;
 pub mod configuration;
 pub mod handler;

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
+use base64::Engine;
 use kube::runtime::reflector::store::Writer;
 
 use super::*;
@@ -74,9 +75,9 @@ fn a_created_pod_is_answered_with_its_patch() {
     assert_eq!(answered.result, "mutated");
     let response = response(&answered);
     assert_eq!(response["patchType"], "JSONPatch");
-    // kube writes the bytes as a JSON array of numbers, which the API server's decoder
-    // takes as it takes base64.
-    let patch: Vec<u8> = serde_json::from_value(response["patch"].clone()).unwrap();
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().unwrap())
+        .unwrap();
     let ops: Value = serde_json::from_slice(&patch).unwrap();
     assert_eq!(ops[0]["path"], "/spec/containers/0/image");
     assert_eq!(ops[0]["value"], "mirror.io/busybox:1.36");
