@@ -35,6 +35,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use base64::Engine;
 use k8s_openapi::api::core::v1::Namespace;
 use serde_json::{Value, json};
 
@@ -350,7 +351,9 @@ fn cases(quick: bool) -> Vec<Case> {
 /// The images the answer's patch writes, in the pod's order (init containers first).
 fn images_after(case: &Case, answer: &[u8]) -> Vec<String> {
     let review: Value = serde_json::from_slice(answer).unwrap();
-    let patch: Vec<u8> = serde_json::from_value(review["response"]["patch"].clone()).unwrap();
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(review["response"]["patch"].as_str().unwrap())
+        .unwrap();
     let mut pod: Value =
         serde_json::from_slice::<Value>(&case.body).unwrap()["request"]["object"].clone();
     let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
