@@ -648,27 +648,10 @@ async fn set_up(
             .await?;
     }
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    // The configuration `imagemap-ONE`, sending both namespaces' pods.
     let configuration = format!("imagemap-{}", namespaces.one);
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let op = OperatorProcess::start_with(
-        &namespaces.one,
-        &[
-            "--namespace",
-            &namespaces.mix,
-            "--webhook-addr",
-            &addr,
-            "--webhook-url",
-            &url,
-            "--webhook-configuration",
-            &configuration,
-        ],
-    )?;
+    let op =
+        OperatorProcess::start_with_webhook(&namespaces.one, &["--namespace", &namespaces.mix])?;
     // Registered once the rules are loaded: the probes come back mapped.
     wait_for_variant(client, namespaces, Variant::Webhook).await?;
     wait_for_variant(client, namespaces, Variant::Webhook1000).await?;

@@ -87,7 +87,7 @@ impl OperatorProcess {
 
     /// [`Self::start_with`], serving its webhook and registering it (`--webhook-url`, the
     /// configuration `imagemap-NAMESPACE`).
-    #[allow(dead_code)] // started so by benches/pod_scan.rs and benches/live_reload.rs
+    #[allow(dead_code)] // started so by benches/pod_scan.rs, live_reload.rs and admission_pods.rs
     pub fn start_with_webhook(namespace: &str, extra: &[&str]) -> anyhow::Result<OperatorProcess> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let configuration = format!("imagemap-{namespace}");
