@@ -151,10 +151,13 @@ impl Bed {
             _front: front,
             created: 0,
         };
-        wait_for(bed.secrets.clone(), SECRET, |s: Option<&Secret>| {
+        let secret = wait_for(bed.secrets.clone(), SECRET, |s: Option<&Secret>| {
             s.is_some_and(|s| !text(s, "tls.crt").is_empty())
         })
         .await;
+        // The keeper publishes the CA after writing the Secret: pods go through the webhook
+        // (failing closed) once the configuration trusts it.
+        bed.wait_published(&ders(&text(&secret, "ca.crt"))).await;
         bed
     }
 
