@@ -61,12 +61,20 @@ async fn a_vm_asking_for_no_grace_period_is_replaced_only_once_its_kubelet_let_g
     let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = std::sync::Arc::clone(&events);
     let pods = e.pods.clone();
+    // The watch has listed before the mapping changes, so the old pod's terminating update
+    // arrives as an update, never folded into the initial list.
+    let (listed, has_listed) = tokio::sync::oneshot::channel();
     let watching = tokio::spawn(async move {
         let mut stream = watcher(pods, pods_of("live")).boxed();
+        let mut listed = Some(listed);
         while let Some(Ok(event)) = stream.next().await {
+            if matches!(event, watcher::Event::InitDone) {
+                listed.take().map(|tx| tx.send(()));
+            }
             seen.lock().unwrap().push((Instant::now(), event));
         }
     });
+    has_listed.await.unwrap();
     point_mapping_at(&e, &image(1)).await;
     let new = wait_single_pod(&e, "live", &image(1)).await;
     watching.abort();
