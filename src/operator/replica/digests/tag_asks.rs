@@ -4,8 +4,11 @@
 //! unpinned [`ASK_AGAIN_AFTER`] after its last ask — the asks change, and the leader learns
 //! them in memory (the replica that leads) or from the ConfigMap every replica writes its
 //! own key of (`asks_publisher`; the leader's `asks_watcher` reads it). At most
-//! [`MAX_ASKS`] are kept, the oldest dropped first; each carries a number the replica gives
-//! it, so that the leader tells an ask made again from one it already answered.
+//! [`MAX_ASKS`] are kept, and at most [`MAX_ASKS_PER_NAMESPACE`] of one namespace's rules,
+//! so that one tenant's tags never push out another's; the oldest are dropped first (a
+//! dropped tag stays followed while the leader's passes find pods using it). Each ask
+//! carries a number the replica gives it, so that the leader tells an ask made again from
+//! one it already answered.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -18,6 +21,8 @@ use crate::operator::replica::digests::followed::{Followed, FollowedBy};
 
 /// Most asks a replica keeps (and a document holds).
 pub const MAX_ASKS: usize = 256;
+/// Most asks a replica keeps of one namespace's rules.
+pub const MAX_ASKS_PER_NAMESPACE: usize = 32;
 /// How long after its last ask a tag admitted unpinned again is asked again.
 pub const ASK_AGAIN_AFTER: Duration = Duration::from_secs(30);
 /// The largest document read.
@@ -46,6 +51,21 @@ struct Inner {
     last: u64,
 }
 
+impl Inner {
+    /// Drops the oldest ask of those `of` selects.
+    fn drop_oldest(&mut self, of: impl Fn(&Followed) -> bool) {
+        let oldest = self
+            .asks
+            .iter()
+            .filter(|(f, _)| of(f))
+            .min_by_key(|(_, (number, _))| *number)
+            .map(|(f, _)| f.clone());
+        if let Some(oldest) = oldest {
+            self.asks.remove(&oldest);
+        }
+    }
+}
+
 impl TagAsks {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Each update leaves the map whole.
@@ -64,15 +84,15 @@ impl TagAsks {
         }
         inner.last += 1;
         let number = inner.last;
+        let by = followed.by.clone();
         inner.asks.insert(followed, (number, now));
-        if inner.asks.len() > MAX_ASKS
-            && let Some(oldest) = inner
-                .asks
-                .iter()
-                .min_by_key(|(_, (_, at))| *at)
-                .map(|(f, _)| f.clone())
+        if matches!(by, FollowedBy::Namespace(_))
+            && inner.asks.keys().filter(|f| f.by == by).count() > MAX_ASKS_PER_NAMESPACE
         {
-            inner.asks.remove(&oldest);
+            inner.drop_oldest(|f| f.by == by);
+        }
+        if inner.asks.len() > MAX_ASKS {
+            inner.drop_oldest(|_| true);
         }
         drop(inner);
         self.changed.notify_one();
@@ -190,13 +210,57 @@ mod tests {
     fn at_most_so_many_asks_are_kept_the_oldest_dropped() {
         let asks = TagAsks::default();
         let now = Instant::now();
+        // Spread over 16 namespaces: none holds more than its share.
+        let of = |i: usize| Followed {
+            reference: format!("r.io/app:{i}"),
+            by: FollowedBy::Namespace(format!("ns{}", i % 16)),
+        };
         for i in 0..=MAX_ASKS {
             let at = now + Duration::from_millis(u64::try_from(i).unwrap());
-            asks.ask(followed(&format!("r.io/app:{i}")), at);
+            asks.ask(of(i), at);
         }
         let made = asks.asks();
         assert_eq!(made.len(), MAX_ASKS);
-        assert!(made.iter().all(|a| a.followed != followed("r.io/app:0")));
+        assert!(made.iter().all(|a| a.followed != of(0)));
+    }
+
+    #[test]
+    fn one_namespace_keeps_at_most_its_share_and_never_pushes_out_another() {
+        let asks = TagAsks::default();
+        let now = Instant::now();
+        let of = |ns: &str, reference: &str| Followed {
+            reference: reference.into(),
+            by: FollowedBy::Namespace(ns.into()),
+        };
+        asks.ask(of("quiet", "r.io/db:dev"), now);
+        asks.ask(
+            Followed {
+                reference: "r.io/base:stable".into(),
+                by: FollowedBy::Cluster,
+            },
+            now,
+        );
+        for i in 0..MAX_ASKS {
+            let at = now + Duration::from_millis(u64::try_from(i).unwrap());
+            asks.ask(of("noisy", &format!("r.io/app:{i}")), at);
+        }
+        let made = asks.asks();
+        let noisy: Vec<&Ask> = made
+            .iter()
+            .filter(|a| a.followed.by == FollowedBy::Namespace("noisy".into()))
+            .collect();
+        assert_eq!(noisy.len(), MAX_ASKS_PER_NAMESPACE);
+        assert_eq!(
+            noisy[0].followed.reference,
+            format!("r.io/app:{}", MAX_ASKS - MAX_ASKS_PER_NAMESPACE),
+            "the namespace's newest are kept"
+        );
+        assert!(
+            made.iter()
+                .any(|a| a.followed == of("quiet", "r.io/db:dev"))
+        );
+        assert!(made.iter().any(|a| a.followed.by == FollowedBy::Cluster));
+        assert_eq!(made.len(), MAX_ASKS_PER_NAMESPACE + 2);
     }
 
     #[test]
