@@ -18,6 +18,12 @@ impl ActsIn {
         self.0.is_empty() || self.0.iter().any(|n| n == namespace)
     }
 
+    /// The namespaces it names; empty: every namespace.
+    #[must_use]
+    pub fn named(&self) -> &[String] {
+        &self.0
+    }
+
     /// Whether it acts in every namespace (and so writes ClusterImageMapping statuses,
     /// which count VMs of every namespace).
     #[must_use]

@@ -213,7 +213,7 @@ async fn start_webhook(
     let serving = replica::webhook::start(
         client,
         webhook,
-        &options.namespaces,
+        &options.acts_in(),
         replica::webhook::WebhookFeed {
             sources: read.admission.clone(),
             sources_loaded: [read.rules_loaded.clone(), read.digests_loaded.clone()],

@@ -21,6 +21,7 @@ use crate::core::admission::pod_mutation::{self, Decision, Outcome, PodChange, P
 use crate::core::admission::scope::{self, Excluded, RequestKind, Requesters, Skip};
 use crate::core::excerpt::excerpt;
 use crate::core::rules::{CompileOptions, MappingInput};
+use crate::operator::acts_in::ActsIn;
 use crate::operator::replica::admission_sources::AdmissionSources;
 use crate::operator::replica::digests::followed::Followed;
 use crate::operator::replica::digests::tag_asks::TagAsks;
@@ -35,8 +36,8 @@ pub struct Admitter {
     pub sources: AdmissionSources,
     /// Namespaces never mapped.
     pub excluded: Excluded,
-    /// The namespaces the operator acts in (empty: all).
-    pub acts_in: Vec<String>,
+    /// The namespaces the operator acts in.
+    pub acts_in: ActsIn,
     /// The operator's own user name (its pods are resolved already); `None`: unknown.
     pub own_user: Option<String>,
     /// The followed tags admitted without a digest, asked of the leader.
@@ -87,7 +88,7 @@ impl Admitter {
                 neonvm: Arc::default(),
             },
             excluded,
-            acts_in,
+            acts_in: ActsIn::new(acts_in),
             own_user: None,
             asks: Arc::default(),
         }
@@ -163,7 +164,7 @@ impl Admitter {
             operation,
         );
         let namespace = request.namespace.clone().unwrap_or_default();
-        if !self.acts_in.is_empty() && !self.acts_in.contains(&namespace) {
+        if !self.acts_in.contains(&namespace) {
             return Err(Skip::ExcludedNamespace);
         }
         let pod = pods.object.unwrap_or(Value::Null);

@@ -20,6 +20,7 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::Client;
 use tokio::task::JoinHandle;
 
+use crate::operator::acts_in::ActsIn;
 use crate::operator::observe::health::Health;
 use crate::operator::observe::metrics::Metrics;
 use crate::operator::options::{Webhook, WebhookCertificate};
@@ -115,12 +116,12 @@ pub struct WebhookFeed {
 /// for the followed tags it admits without a digest through `feed.asks`): it listens at
 /// once, answers once `feed.sources_loaded` (the rules, the leader's digests) and the
 /// certificate to serve were read (the replica is ready then), and then — with
-/// `--webhook-url` — registers its configuration. `acts_in`: the namespaces the operator
-/// acts in (empty: all).
+/// `--webhook-url` — registers its configuration, sent the pods of the namespaces the
+/// operator acts in.
 pub async fn start(
     client: &Client,
     webhook: &Webhook,
-    acts_in: &[String],
+    acts_in: &ActsIn,
     feed: WebhookFeed,
     health: &Arc<Health>,
     metrics: Arc<Metrics>,
@@ -143,7 +144,7 @@ pub async fn start(
     let admitter = Admitter {
         sources,
         excluded: webhook.excluded.clone(),
-        acts_in: acts_in.to_vec(),
+        acts_in: acts_in.clone(),
         own_user,
         asks,
     };
@@ -164,7 +165,8 @@ pub async fn start(
     let registered = Arc::new(Mutex::new(None));
     let mut registering = None;
     if let Some((url, name, ca)) = local {
-        let configuration = configuration::for_url(&name, &url, &ca, &webhook.excluded, acts_in);
+        let configuration =
+            configuration::for_url(&name, &url, &ca, &webhook.excluded, acts_in.named());
         let (client, loaded, slot) = (client.clone(), loaded.clone(), Arc::clone(&registered));
         registering = Some(tokio::spawn(async move {
             // Registered once the server answers: what it answers from is loaded.

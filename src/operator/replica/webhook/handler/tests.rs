@@ -27,7 +27,7 @@ fn admitter() -> Admitter {
             neonvm: Arc::default(),
         },
         excluded: Excluded::new(Some("imagemap-system"), &[]),
-        acts_in: Vec::new(),
+        acts_in: ActsIn::default(),
         own_user: None,
         asks: Arc::default(),
     }
@@ -100,7 +100,7 @@ fn excluded_namespaces_and_other_requests_are_answered_unchanged() {
         assert!(response(&answered).get("patch").is_none(), "{why}");
     }
     let mut scoped = admitter();
-    scoped.acts_in = vec!["prod".into()];
+    scoped.acts_in = ActsIn::new(vec!["prod".into()]);
     assert_eq!(
         scoped
             .answer(&review("dev", "CREATE", None))
