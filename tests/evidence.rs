@@ -68,8 +68,10 @@ async fn a_vm_asking_for_no_grace_period_is_replaced_only_once_its_kubelet_let_g
         let mut stream = watcher(pods, pods_of("live")).boxed();
         let mut listed = Some(listed);
         while let Some(Ok(event)) = stream.next().await {
-            if matches!(event, watcher::Event::InitDone) {
-                listed.take().map(|tx| tx.send(()));
+            if matches!(event, watcher::Event::InitDone)
+                && let Some(tx) = listed.take()
+            {
+                let _ = tx.send(());
             }
             seen.lock().unwrap().push((Instant::now(), event));
         }

@@ -1,8 +1,8 @@
 //! The admission webhook, served by every replica from what the replica side keeps: the
-//! handler ([`handler`]: one AdmissionReview answered from memory, read by [`review`]), its TLS ([`tls`]; the
-//! leader's Secret followed by [`secret_certificate`]), the server ([`server`], with the
-//! bytes in flight bounded by [`bytes_in_flight`]) and the webhook configuration
-//! ([`configuration`]).
+//! handler ([`handler`]: one AdmissionReview answered from memory, read by [`review`],
+//! written back by [`answer`]), its TLS ([`tls`]; the leader's Secret followed by
+//! [`secret_certificate`]), the server ([`server`], with the bytes in flight bounded by
+//! [`bytes_in_flight`]) and the webhook configuration ([`configuration`]).
 
 pub mod answer;
 pub mod bytes_in_flight;
